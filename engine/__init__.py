@@ -1,0 +1,3 @@
+"""SpecEE Chat engine: Qt-free models, downloads, hardware, worker process and benchmarks."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Benchmarks: decode/prefill speed per acceleration mode, measured side by side in one run."""

@@ -1,0 +1,219 @@
+"""`specee`: the command-line tool (terminal chat, bench, models, doctor)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from engine import __version__
+from engine import protocol as p
+from engine.models.default_model import DefaultModelError, ensure_default_model
+from engine.models.gguf_file import ModelFileError, inspect_gguf
+from engine.models.registry import ModelRecord, ModelRegistry
+
+
+def resolve_model(spec: str | None) -> Path:
+    """A path, a registered model id, or (None) the default model, installed on first use."""
+    if not spec:
+        return ensure_default_model(lambda msg: print(f"[specee] {msg}", file=sys.stderr))
+    record = ModelRegistry().get(spec)
+    if record is not None:
+        return Path(record.path)
+    return Path(spec).expanduser()
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from engine.client import WorkerClient, WorkerError
+
+    model = resolve_model(args.model)
+    sampling = p.Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
+    sampling.validate()
+    history: list[dict[str, str]] = [{"role": "system", "content": args.system}] if args.system else []
+    with WorkerClient() as client:
+        loaded = client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads))
+        print(f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}) - Ctrl+C stops an answer, Ctrl+D quits.", file=sys.stderr)
+        while True:
+            try:
+                text = input("\n> ")
+            except (EOFError, KeyboardInterrupt):
+                print(file=sys.stderr)
+                return 0
+            if not text.strip():
+                continue
+            history.append({"role": "user", "content": text})
+            answer, stats = "", p.Stats()
+            try:
+                for ev in client.stream(history, sampling):
+                    if isinstance(ev, p.Token):
+                        answer += ev.text
+                        print(ev.text, end="", flush=True)
+                    elif isinstance(ev, p.Stats):
+                        stats = ev
+                    elif isinstance(ev, p.Notice):
+                        print(f"\n[{ev.message}]", file=sys.stderr)
+            except KeyboardInterrupt:
+                client.cancel()
+                for ev in iter(lambda: client.next_event(30), None):
+                    if isinstance(ev, p.Done | p.Error):
+                        break
+                print(" [stopped]", file=sys.stderr)
+            except WorkerError as exc:
+                print(f"\n[error] {exc}", file=sys.stderr)
+                if exc.kind == "worker_died":
+                    client.start()
+                    client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads))
+                history.pop()
+                continue
+            history.append({"role": "assistant", "content": answer})
+            print(f"\n[{stats.decode_tok_s:.1f} tok/s, first token {stats.ttft_ms:.0f} ms]", file=sys.stderr)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from engine.bench.prompts import load_prompts
+    from engine.bench.runner import print_report, run_bench, write_report
+
+    prompts = load_prompts(args.prompts)
+    if args.limit:
+        prompts = prompts[: args.limit]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if "vanilla" not in modes:
+        modes.insert(0, "vanilla")  # every ratio is to vanilla measured in the same run
+    report = run_bench(
+        str(resolve_model(args.model)), prompts, modes, args.max_tokens, args.warmup, args.ctx, args.threads, args.upstream_python
+    )
+    print_report(report)
+    if args.json:
+        write_report(report, args.json)
+        print(f"report written to {args.json}", file=sys.stderr)
+    return 0
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    registry = ModelRegistry()
+    if args.action == "default":
+        print(resolve_model(None))
+        return 0
+    if args.action == "add":
+        path = Path(args.path).expanduser().resolve()
+        info = inspect_gguf(path)
+        registry.add(ModelRecord(path.stem, str(path), _sha256(path), path.stat().st_size, "local"))
+        print(f"added {path.stem}: {info.name}, {info.architecture}, {info.n_layer} layers")
+        return 0
+    if args.action == "remove":
+        registry.remove(args.path)
+        return 0
+    records = registry.all()
+    if not records:
+        print("no models yet; `specee models default` installs the default model")
+    for m in records:
+        state = "ok" if m.exists else "MISSING"
+        print(f"{m.id:<40} {m.size / 1e6:>8.1f} MB  {state:<8} {m.path}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from engine import hardware
+    from engine.models.default_model import DEFAULT_MODEL, default_model_path
+
+    report: dict = {"specee_chat": __version__, "python": sys.version.split()[0]}
+    report["hardware"] = hardware.detect().as_dict()
+    try:
+        from engine.native import build_info
+
+        report["native"] = build_info()
+    except Exception as exc:
+        report["native"] = {"error": str(exc)}
+    path = default_model_path()
+    report["default_model"] = {"path": str(path), "installed": path.is_file() and path.stat().st_size == DEFAULT_MODEL.size}
+    report["models"] = [{"id": m.id, "path": m.path, "present": m.exists} for m in ModelRegistry().all()]
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    hw, nat = report["hardware"], report["native"]
+    print(f"SpecEE Chat {__version__} (Python {report['python']})")
+    print(f"CPU      {hw['cpu_model']} - {hw['physical_cores']} cores / {hw['logical_cores']} threads")
+    print(f"ISA      {' '.join(hw['isa']) or '-'}")
+    print(f"RAM      {hw['ram_available_gb']} GB free of {hw['ram_total_gb']} GB; battery: {hw['on_battery']}")
+    if "error" in nat:
+        print(f"native   NOT AVAILABLE: {nat['error']}")
+    else:
+        patched = "patched" if nat.get("patched") else "UPSTREAM (unpatched)"
+        print(f"native   llama-cpp-python {nat['llama_cpp_python']}, {patched}, build {nat.get('build_key', '-')}")
+        print(f"         patches: {nat.get('patches', '-')}; features: {', '.join(nat.get('features', [])) or '-'}")
+        print(f"         {nat.get('system_info', '')}")
+    dm = report["default_model"]
+    print(f"default  {'installed' if dm['installed'] else 'not installed yet (installed on first run)'}: {dm['path']}")
+    for m in report["models"]:
+        print(f"model    {m['id']}: {'ok' if m['present'] else 'MISSING'} {m['path']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specee", description="SpecEE Chat command-line tool")
+    parser.add_argument("--version", action="version", version=f"specee-chat {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    chat = sub.add_parser("chat", help="chat in the terminal")
+    chat.add_argument("--model", help="GGUF path or registered model id (default: the embedded default model)")
+    chat.add_argument("--system", default="", help="system prompt")
+    chat.add_argument("--temperature", type=float, default=0.7)
+    chat.add_argument("--max-tokens", type=int, default=512)
+    chat.add_argument("--seed", type=int, default=-1)
+    chat.add_argument("--ctx", type=int, default=4096)
+    chat.add_argument("--threads", type=int, default=0)
+    chat.set_defaults(func=cmd_chat)
+
+    bench = sub.add_parser("bench", help="measure decode/prefill speed per acceleration mode")
+    bench.add_argument("--model", help="GGUF path or registered model id (default: the default model)")
+    bench.add_argument("--modes", default="vanilla", help="comma-separated: vanilla, upstream")
+    bench.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/dev.jsonl"))
+    bench.add_argument("--max-tokens", type=int, default=64)
+    bench.add_argument("--warmup", type=int, default=2)
+    bench.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    bench.add_argument("--ctx", type=int, default=4096)
+    bench.add_argument("--threads", type=int, default=0)
+    bench.add_argument("--upstream-python", help="interpreter with plain upstream llama-cpp-python (for mode 'upstream')")
+    bench.add_argument("--json", help="write the full report here")
+    bench.set_defaults(func=cmd_bench)
+
+    models = sub.add_parser("models", help="list, add or remove local models")
+    models.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove", "default"])
+    models.add_argument("path", nargs="?", help="GGUF path (add) or model id (remove)")
+    models.set_defaults(func=cmd_models)
+
+    doctor = sub.add_parser("doctor", help="print hardware, native build and model status")
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ModelFileError, DefaultModelError, p.SettingsError) as exc:
+        print(f"specee: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from engine.bench.prompts import PromptFileError
+        from engine.client import WorkerError
+
+        if isinstance(exc, WorkerError | PromptFileError):
+            print(f"specee: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

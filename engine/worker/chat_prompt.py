@@ -1,0 +1,79 @@
+"""Chat formatting with the model's own template, and fitting a conversation into the context."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+# Used only when a GGUF carries no template: ChatML is what most small instruct models expect.
+CHATML_FALLBACK = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+VALID_ROLES = {"system", "user", "assistant"}
+
+
+class ChatFormatError(ValueError):
+    pass
+
+
+@dataclass
+class FittedPrompt:
+    tokens: list[int]
+    dropped_messages: int
+    truncated_last: bool
+
+
+class ChatPrompt:
+    def __init__(self, template: str | None, bos: str, eos: str, tokenize: Callable[[str], list[int]]) -> None:
+        self.has_template = bool(template)
+        self._formatter = Jinja2ChatFormatter(template or CHATML_FALLBACK, eos_token=eos, bos_token=bos)
+        self._tokenize = tokenize
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        try:
+            return self._formatter(messages=messages).prompt
+        except Exception as exc:  # jinja errors of many kinds: the template is the model's, not ours
+            raise ChatFormatError(f"the model's chat template failed on this conversation: {exc}") from exc
+
+    def fit(self, messages: list[dict[str, str]], budget: int) -> FittedPrompt:
+        """Tokens of the conversation, dropping the oldest turns (never the system prompt or the last
+        message) until it fits in `budget` tokens; the last message itself is cut from the front as a
+        last resort."""
+        validate_messages(messages)
+        system = [m for m in messages if m["role"] == "system"][:1]
+        turns = [m for m in messages if m["role"] != "system"]
+        dropped = 0
+        while True:
+            tokens = self._tokenize(self.render(system + turns))
+            if len(tokens) <= budget or len(turns) <= 1:
+                break
+            # Drop a whole exchange at once so the history never starts with an assistant reply.
+            cut = 2 if len(turns) > 2 and turns[0]["role"] == "user" and turns[1]["role"] == "assistant" else 1
+            turns = turns[cut:]
+            dropped += cut
+        if len(tokens) <= budget:
+            return FittedPrompt(tokens, dropped, False)
+        # One message longer than the context: keep its end, which is what the user just asked.
+        last = dict(turns[-1])
+        content = last["content"]
+        while len(tokens) > budget and content:
+            content = content[len(content) // 4 + 1 :] if len(tokens) > 2 * budget else content[max(1, len(content) // 20) :]
+            last["content"] = content
+            tokens = self._tokenize(self.render(system + [last]))
+        if len(tokens) > budget:
+            raise ChatFormatError(f"the system prompt alone needs more than the {budget} tokens available; shorten it")
+        return FittedPrompt(tokens, dropped, True)
+
+
+def validate_messages(messages: list[dict[str, str]]) -> None:
+    if not messages:
+        raise ChatFormatError("the conversation is empty")
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in VALID_ROLES or not isinstance(m.get("content"), str):
+            raise ChatFormatError(f"each message needs a role (system/user/assistant) and text content, got {str(m)[:80]}")
+    if messages[-1]["role"] != "user":
+        raise ChatFormatError("the last message must be the user's")

@@ -1,0 +1,138 @@
+"""Worker process main loop: commands on stdin, events on a private copy of stdout.
+
+The model runs on this process's main thread; a reader thread watches stdin so that `cancel`
+lands within one token and a vanished parent (EOF) shuts us down.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from typing import IO
+
+from engine import protocol as p
+
+# Idle OpenMP threads must sleep, not spin: on a 2-core laptop spinning starves the GUI.
+# Set before llama.cpp (and its OpenMP runtime) is loaded.
+THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0", "GOMP_SPINCOUNT": "0"}
+
+
+class Channel:
+    """Serialised, flushed event writes (the reader thread and the model thread both emit)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._out, self._lock = out, threading.Lock()
+
+    def emit(self, msg: p.Message) -> None:
+        line = p.encode(msg) + "\n"
+        with self._lock:
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # the client is gone; stdin EOF will end us
+
+
+def _private_stdout() -> IO[str]:
+    """Events go to a duplicate of fd 1; fd 1 itself then points at stderr, so stray prints from
+    C code (or a library) can never corrupt the protocol stream."""
+    fd = os.dup(sys.stdout.fileno())
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    return os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+
+
+def main() -> int:
+    for key, value in THREAD_ENV.items():
+        os.environ.setdefault(key, value)
+    channel = Channel(_private_stdout())
+    commands: queue.Queue[p.Message] = queue.Queue()
+    cancel = threading.Event()
+    current: dict[str, str] = {"request_id": ""}
+
+    def read_commands() -> None:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                msg = p.decode(line)
+            except p.ProtocolError as exc:
+                channel.emit(p.Error(kind="bad_request", message=str(exc)))
+                continue
+            if isinstance(msg, p.Cancel):
+                if not msg.request_id or msg.request_id == current["request_id"]:
+                    cancel.set()
+                continue
+            if isinstance(msg, p.Shutdown):
+                cancel.set()
+            commands.put(msg)
+        cancel.set()
+        commands.put(p.Shutdown())
+
+    threading.Thread(target=read_commands, name="commands", daemon=True).start()
+
+    # Import after the thread environment is set: this loads llama.cpp.
+    from engine.models.gguf_file import ModelFileError
+    from engine.native import build_info
+    from engine.worker.chat_prompt import ChatFormatError
+    from engine.worker.session import LoadError, Session
+
+    try:
+        native = build_info()
+    except Exception as exc:  # a broken native install must be reported, not crash silently
+        channel.emit(p.Error(kind="native", message=str(exc)))
+        return 3
+    channel.emit(p.Ready(pid=os.getpid(), native=native))
+
+    session: Session | None = None
+    while True:
+        msg = commands.get()
+        if isinstance(msg, p.Shutdown):
+            break
+        if isinstance(msg, p.Load):
+            if session is not None:
+                session.close()
+                session = None
+            try:
+                msg.placement.validate()
+                session = Session(msg)
+                channel.emit(session.loaded)
+            except ModelFileError as exc:
+                channel.emit(p.Error(kind="model_file", message=str(exc)))
+            except LoadError as exc:
+                channel.emit(p.Error(kind=exc.kind, message=str(exc)))
+            except p.SettingsError as exc:
+                channel.emit(p.Error(kind="bad_settings", message=str(exc)))
+        elif isinstance(msg, p.Unload):
+            if session is not None:
+                session.close()
+                session = None
+            channel.emit(p.Unloaded())
+        elif isinstance(msg, p.Generate):
+            t0 = time.perf_counter()
+            rid = msg.request_id
+            if session is None:
+                channel.emit(p.Error(rid, "no_model", "No model is loaded; load one first."))
+                continue
+            current["request_id"] = rid
+            cancel.clear()
+            try:
+                msg.sampling.validate()
+                session.generate(msg, channel.emit, cancel, t0)
+            except p.SettingsError as exc:
+                channel.emit(p.Error(rid, "bad_settings", str(exc)))
+            except ChatFormatError as exc:
+                channel.emit(p.Error(rid, "bad_request", str(exc)))
+            except Exception as exc:
+                traceback.print_exc()
+                channel.emit(p.Error(rid, "internal", f"generation failed: {exc}"))
+            finally:
+                current["request_id"] = ""
+    if session is not None:
+        session.close()
+    return 0

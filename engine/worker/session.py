@@ -1,0 +1,206 @@
+"""One loaded model and its generation loop, inside the worker process (llama_cpp = our native build)."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp import Llama
+
+from engine import protocol as p
+from engine.hardware import physical_cores
+from engine.models.gguf_file import inspect_gguf
+from engine.worker.chat_prompt import ChatPrompt
+
+Emit = Callable[[p.Message], None]
+STATS_INTERVAL_S = 0.25
+
+
+class LoadError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Session:
+    """A model in memory. Not thread-safe: the worker drives it from one thread."""
+
+    def __init__(self, load: p.Load) -> None:
+        start = time.perf_counter()
+        info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
+        placement = load.placement
+        self.n_threads = placement.n_threads or physical_cores()
+        if load.mode != "vanilla":
+            raise LoadError("bad_settings", f"acceleration mode {load.mode!r} is not available in this build; use 'vanilla'")
+        try:
+            self.llm = Llama(
+                model_path=str(Path(load.model_path)),
+                n_ctx=placement.n_ctx,
+                n_batch=min(512, placement.n_ctx),
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                n_gpu_layers=placement.n_gpu_layers,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise LoadError(
+                "load_failed",
+                f"llama.cpp could not load {Path(load.model_path).name} ({exc}). The file passed the GGUF checks, so "
+                "its architecture may be unsupported by this build, or memory ran out; try a smaller context length.",
+            ) from exc
+        self.mode = load.mode
+        self.info = info
+        model = self.llm._model
+        self._vocab = model.vocab
+        bos_id, eos_id = model.token_bos(), model.token_eos()
+        bos = model.token_get_text(bos_id) if bos_id >= 0 else ""
+        eos = model.token_get_text(eos_id) if eos_id >= 0 else ""
+        self._add_bos = model.add_bos_token() and bos_id >= 0
+        self._bos_text = bos
+        self.prompt = ChatPrompt(info.chat_template, bos, eos, self._tokenize)
+        self.loaded = p.Loaded(
+            model_path=str(load.model_path),
+            name=info.name,
+            architecture=info.architecture,
+            n_layer=info.n_layer,
+            n_embd=info.n_embd,
+            n_vocab=model.n_vocab(),
+            n_ctx=self.llm.n_ctx(),
+            n_ctx_train=model.n_ctx_train(),
+            n_threads=self.n_threads,
+            mode=self.mode,
+            load_ms=(time.perf_counter() - start) * 1000,
+        )
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def close(self) -> None:
+        self.llm.close()
+
+    def _tokenize(self, text: str) -> list[int]:
+        add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def _piece(self, token: int) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+        return self._piece_buf.raw[: max(n, 0)]
+
+    def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
+        s = req.sampling
+        n_ctx = self.llm.n_ctx()
+        # Reserve room for the answer, but never more than half the context: a long history is
+        # worth more than a huge max_tokens that will rarely be used.
+        budget = n_ctx - min(s.max_tokens, n_ctx // 2)
+        fitted = self.prompt.fit(req.messages, budget)
+        if fitted.dropped_messages or fitted.truncated_last:
+            what = []
+            if fitted.dropped_messages:
+                what.append(f"the {fitted.dropped_messages} oldest messages were left out")
+            if fitted.truncated_last:
+                what.append("the start of your last message was cut")
+            emit(p.Notice(req.request_id, "context_trimmed", f"The conversation is longer than the {n_ctx}-token context: " + " and ".join(what) + "."))
+        tokens = fitted.tokens
+        cached = _common_prefix(self.llm._input_ids[: self.llm.n_tokens].tolist(), tokens)
+        cached = min(cached, len(tokens) - 1)  # llama_cpp re-evaluates at least one token
+        self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))
+
+        stops = [st for st in s.stop if st]
+        hold = max((len(st) for st in stops), default=1) - 1
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text, pending, out_tokens = "", "", []
+        finish = "length"
+        t_first = t_last = 0.0
+        last_stats = 0.0
+
+        def stats() -> p.Stats:
+            now_first = t_first or time.perf_counter()
+            n_gen = len(out_tokens)
+            decode = (n_gen - 1) / (t_last - t_first) if n_gen > 1 and t_last > t_first else 0.0
+            prefill_n = len(tokens) - cached
+            return p.Stats(
+                request_id=req.request_id,
+                mode=self.mode,
+                n_prompt=len(tokens),
+                n_prompt_cached=cached,
+                n_generated=n_gen,
+                ttft_ms=(now_first - t0) * 1000,
+                prefill_tok_s=prefill_n / max(now_first - t0, 1e-9),
+                decode_tok_s=decode,
+                n_ctx_used=self.llm.n_tokens,
+            )
+
+        gen = self.llm.generate(
+            tokens,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            min_p=s.min_p,
+            temp=s.temperature,
+            repeat_penalty=s.repeat_penalty,
+        )
+        for tok in gen:
+            now = time.perf_counter()
+            if not t_first:
+                t_first = now
+            t_last = now
+            if llama_cpp.llama_vocab_is_eog(self._vocab, tok):
+                finish = "stop"
+                break
+            out_tokens.append(tok)
+            pending += decoder.decode(self._piece(tok))
+            emit_now, pending, hit = _split_stop(pending, stops, hold)
+            if emit_now:
+                text += emit_now
+                emit(p.Token(req.request_id, emit_now, len(out_tokens) - 1, (now - t0) * 1000))
+            if hit:
+                finish = "stop"
+                break
+            if now - last_stats >= STATS_INTERVAL_S:
+                last_stats = now
+                emit(stats())
+            if cancelled.is_set():
+                finish = "cancelled"
+                break
+            if len(out_tokens) >= s.max_tokens:
+                finish = "length"
+                break
+            if self.llm.n_tokens + 1 >= n_ctx:
+                finish = "context_full"
+                break
+        gen.close()
+        pending += decoder.decode(b"", final=True)  # after a stop-string hit, pending is already empty
+        if pending:
+            text += pending
+            emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
+        emit(stats())
+        emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _split_stop(pending: str, stops: list[str], hold: int) -> tuple[str, str, bool]:
+    """(text safe to show, text held back because it may start a stop string, stop found)."""
+    if not stops:
+        return pending, "", False
+    cut = min((i for i in (pending.find(st) for st in stops) if i >= 0), default=-1)
+    if cut >= 0:
+        return pending[:cut], "", True
+    if hold <= 0:
+        return pending, "", False
+    # keep the longest tail that is a prefix of some stop string
+    for k in range(min(hold, len(pending)), 0, -1):
+        tail = pending[-k:]
+        if any(st.startswith(tail) for st in stops):
+            return pending[:-k], tail, False
+    return pending, "", False

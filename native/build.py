@@ -1,0 +1,377 @@
+"""Build our patched llama.cpp and install it as the `llama_cpp` package of a Python environment.
+
+Pipeline: fetch the pinned llama-cpp-python sdist from PyPI (sha256-checked) -> extract once ->
+apply native/patches/*.patch and add native/src/ -> build a wheel with a persistent CMake tree
+(incremental rebuilds) -> cache the wheel under the user cache dir, keyed by a hash of everything
+that goes in -> pip-install it. A repeat run with nothing changed only compares one key.
+
+Run with the interpreter of the target environment:  .venv/bin/python native/build.py
+Stdlib + platformdirs + tqdm only: it runs before the project itself is importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+from tqdm import tqdm
+
+NATIVE_DIR = Path(__file__).resolve().parent
+PATCH_DIR = NATIVE_DIR / "patches"
+SOURCE_DIR = NATIVE_DIR / "src"
+
+SDIST_VERSION = "0.3.36"
+SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
+SDIST_URL = (
+    "https://files.pythonhosted.org/packages/ec/e9/"
+    "e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/" + SDIST_NAME
+)
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+
+# Bump to invalidate every cached wheel when this script's build recipe changes meaning.
+RECIPE_VERSION = "1"
+
+# What we never need from llama-cpp-python's build: multimodal, tools, tests, examples.
+BASE_CMAKE_ARGS = [
+    "-DLLAVA_BUILD=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+]
+
+
+class BuildError(RuntimeError):
+    """A failed step, with what to do about it."""
+
+    def __init__(self, step: str, problem: str, fix: str) -> None:
+        super().__init__(f"[native build] step '{step}' failed: {problem}\n  how to fix: {fix}")
+        self.step = step
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECEE_CACHE_DIR") or platformdirs.user_cache_dir("specee-chat")) / "native"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def detect_backend() -> str:
+    """cpu, cuda, metal or vulkan; SPECEE_BACKEND overrides. A compiler alone is not enough:
+    CUDA also needs a visible NVIDIA device, or every CPU-only box with a toolkit pays for it."""
+    forced = os.environ.get("SPECEE_BACKEND", "").strip().lower()
+    if forced:
+        if forced not in {"cpu", "cuda", "metal", "vulkan"}:
+            raise BuildError("detect", f"SPECEE_BACKEND={forced!r} is unknown", "use cpu, cuda, metal or vulkan")
+        return forced
+    if sys.platform == "darwin":
+        return "metal"
+    if shutil.which("nvcc") and (Path("/dev/nvidia0").exists() or _runs(["nvidia-smi", "-L"])):
+        return "cuda"
+    if os.environ.get("VULKAN_SDK") and shutil.which("glslc"):
+        return "vulkan"
+    return "cpu"
+
+
+def _runs(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def cmake_args(backend: str) -> list[str]:
+    args = list(BASE_CMAKE_ARGS)
+    args.append("-DGGML_CUDA=ON" if backend == "cuda" else "-DGGML_CUDA=OFF")
+    args.append("-DGGML_VULKAN=ON" if backend == "vulkan" else "-DGGML_VULKAN=OFF")
+    # A portable build (installers) must not bake in this machine's ISA.
+    portable = os.environ.get("SPECEE_PORTABLE") == "1"
+    args.append("-DGGML_NATIVE=OFF" if portable else "-DGGML_NATIVE=ON")
+    extra = os.environ.get("SPECEE_CMAKE_ARGS", "").split()
+    return args + extra
+
+
+def cpu_fingerprint() -> str:
+    """-march=native output depends on the CPU, so native builds are keyed by its flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        flags = re.search(r"^(flags|Features)\s*:\s*(.*)$", text, re.M)
+        return flags.group(2) if flags else platform.processor()
+    except OSError:
+        return platform.machine() + platform.processor()
+
+
+@dataclass(frozen=True)
+class Recipe:
+    patches: tuple[Path, ...]
+    sources: tuple[Path, ...]
+    cmake_args: tuple[str, ...]
+    backend: str
+
+    @property
+    def key(self) -> str:
+        h = hashlib.sha256()
+        for part in (RECIPE_VERSION, SDIST_SHA256, self.backend, *self.cmake_args):
+            h.update(part.encode() + b"\0")
+        if "-DGGML_NATIVE=ON" in self.cmake_args:
+            h.update(cpu_fingerprint().encode())
+        for path in (*self.patches, *self.sources):
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return h.hexdigest()[:16]
+
+    @property
+    def patch_names(self) -> str:
+        return ",".join(p.stem for p in self.patches)
+
+
+def make_recipe(upstream: bool) -> Recipe:
+    backend = detect_backend()
+    patches = () if upstream else tuple(sorted(PATCH_DIR.glob("*.patch")))
+    sources = () if upstream else tuple(sorted(p for p in SOURCE_DIR.rglob("*") if p.is_file()))
+    return Recipe(patches, sources, tuple(cmake_args(backend)), backend)
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+# ---------------------------------------------------------------------------------------------
+
+
+def fetch_sdist(root: Path) -> Path:
+    target = root / "sdist" / SDIST_NAME
+    if target.exists() and sha256_file(target) == SDIST_SHA256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    local = os.environ.get("SPECEE_SDIST")
+    tmp = target.with_suffix(".part")
+    try:
+        if local:
+            shutil.copyfile(local, tmp)
+        else:
+            with urllib.request.urlopen(SDIST_URL, timeout=60) as resp, tmp.open("wb") as out:
+                total = int(resp.headers.get("Content-Length") or 0)
+                with tqdm(total=total, unit="B", unit_scale=True, desc="llama-cpp-python sdist") as bar:
+                    for block in iter(lambda: resp.read(1 << 16), b""):
+                        out.write(block)
+                        bar.update(len(block))
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(
+            "fetch",
+            f"could not download {SDIST_URL}: {exc}",
+            f"check network access to PyPI, or download {SDIST_NAME} yourself and set SPECEE_SDIST=/path/to/it",
+        ) from exc
+    got = sha256_file(tmp)
+    if got != SDIST_SHA256:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(
+            "verify", f"{SDIST_NAME} has sha256 {got}, expected {SDIST_SHA256}", "the download is corrupt or not the pinned file; run again"
+        )
+    tmp.replace(target)
+    return target
+
+
+def extract_pristine(root: Path, sdist: Path) -> Path:
+    pristine = root / f"pristine-{SDIST_SHA256[:12]}"
+    if (pristine / "CMakeLists.txt").exists():
+        return pristine
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix="extract-"))
+    try:
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, filter="data")
+        (tmp / f"llama_cpp_python-{SDIST_VERSION}").rename(pristine)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return pristine
+
+
+def stage_sources(root: Path, pristine: Path, recipe: Recipe) -> Path:
+    """A fresh patched copy of the sdist, with our sources in src/specee/."""
+    staging = Path(tempfile.mkdtemp(dir=root, prefix="staging-"))
+    tree = staging / "tree"
+    shutil.copytree(pristine, tree, symlinks=True)
+    for patch in recipe.patches:
+        result = subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", "-p1", str(patch)], cwd=tree, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise BuildError(
+                "patch",
+                f"{patch.name} does not apply to llama-cpp-python {SDIST_VERSION}:\n{result.stderr.strip()}",
+                "regenerate the patch against the pinned sdist (see native/README.md)",
+            )
+    if recipe.sources:
+        dest = tree / "vendor" / "llama.cpp" / "src" / "specee"
+        dest.mkdir(parents=True)
+        for src in recipe.sources:
+            target = dest / src.relative_to(SOURCE_DIR)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, target)
+    return staging
+
+
+def sync_tree(src: Path, dst: Path) -> int:
+    """Make dst equal src, rewriting only files whose bytes differ so CMake rebuilds only those."""
+    changed = 0
+    dst.mkdir(parents=True, exist_ok=True)
+    wanted: set[Path] = set()
+    for path in src.rglob("*"):
+        rel = path.relative_to(src)
+        wanted.add(rel)
+        out = dst / rel
+        if path.is_dir() and not path.is_symlink():
+            out.mkdir(exist_ok=True)
+            continue
+        data = path.read_bytes()
+        if out.is_file() and out.stat().st_size == len(data) and out.read_bytes() == data:
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+        shutil.copymode(path, out)
+        changed += 1
+    for path in sorted(dst.rglob("*"), reverse=True):
+        if path.relative_to(dst) not in wanted:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            changed += 1
+    return changed
+
+
+PROGRESS = re.compile(r"^\s*\[\s*(\d+)/(\d+)\]|^\s*\[\s*(\d+)%\]")
+
+
+def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
+    out = Path(tempfile.mkdtemp(dir=root, prefix="wheel-"))
+    log_path = root / f"build-{name}.log"
+    env = dict(os.environ)
+    env["CMAKE_ARGS"] = " ".join(
+        [*recipe.cmake_args, f"-DSPECEE_BUILD_KEY={recipe.key}", f"-DSPECEE_PATCHES={recipe.patch_names}"]
+    )
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    cmd = [
+        sys.executable, "-m", "pip", "wheel", str(worktree), "--no-deps", "--no-build-isolation",
+        "-w", str(out), "-v",
+        f"--config-settings=build-dir={root / f'cmake-{name}-{recipe.backend}'}",
+        "--config-settings=cmake.build-type=Release",
+    ]  # fmt: skip
+    start = time.monotonic()
+    with log_path.open("w") as log, tqdm(total=100, desc=f"compiling llama.cpp ({name})", unit="%") as bar:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            m = PROGRESS.match(line)
+            if m:
+                pct = int(m.group(1)) * 100 // int(m.group(2)) if m.group(1) else int(m.group(3))
+                bar.update(max(0, pct - bar.n))
+        rc = proc.wait()
+    if rc != 0:
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-25:])
+        shutil.rmtree(out, ignore_errors=True)
+        raise BuildError(
+            "compile",
+            f"pip wheel exited with {rc}; last lines of {log_path}:\n{tail}",
+            "install a C/C++ toolchain and cmake>=3.21 (Debian: apt install build-essential cmake), "
+            "then run again; set SPECEE_BACKEND=cpu to rule out a GPU toolkit problem",
+        )
+    wheels = list(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError("compile", f"expected one wheel in {out}, found {wheels}", "report this as a bug")
+    print(f"[native build] compiled in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    return wheels[0]
+
+
+def install_wheel(wheel: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "--force-reinstall", "--no-deps", "-q", str(wheel)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError("install", result.stderr.strip()[-2000:], f"check that {sys.prefix} is writable")
+
+
+def marker_path() -> Path:
+    return Path(sys.prefix) / ".specee-native.json"
+
+
+def build(upstream: bool = False, force: bool = False) -> dict:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    recipe = make_recipe(upstream)
+    name = "upstream" if upstream else "specee"
+    info = {"key": recipe.key, "backend": recipe.backend, "flavour": name, "patches": recipe.patch_names}
+    marker = marker_path()
+    if not force and marker.exists() and json.loads(marker.read_text()) == info:
+        print(f"[native build] up to date ({name}, key {recipe.key}, {recipe.backend})", file=sys.stderr)
+        return info
+    cached_dir = root / "wheels" / recipe.key
+    cached = next(iter(cached_dir.glob("*.whl")), None) if cached_dir.exists() else None
+    if cached is None or force:
+        print(f"[native build] building {name} llama.cpp (key {recipe.key}, backend {recipe.backend})", file=sys.stderr)
+        pristine = extract_pristine(root, fetch_sdist(root))
+        staging = stage_sources(root, pristine, recipe)
+        try:
+            changed = sync_tree(staging / "tree", root / f"work-{name}")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        print(f"[native build] {changed} source files changed since the last build", file=sys.stderr)
+        wheel = build_wheel(root, root / f"work-{name}", recipe, name)
+        tmp_dir = root / "wheels" / f".{recipe.key}.tmp"
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        tmp_dir.mkdir(parents=True)
+        shutil.move(str(wheel), tmp_dir / wheel.name)
+        shutil.rmtree(wheel.parent, ignore_errors=True)
+        shutil.rmtree(cached_dir, ignore_errors=True)
+        tmp_dir.rename(cached_dir)  # atomic: a cached wheel is always complete
+        cached = cached_dir / wheel.name
+    else:
+        print(f"[native build] using cached wheel {cached}", file=sys.stderr)
+    install_wheel(cached)
+    marker.write_text(json.dumps(info))
+    print(f"[native build] installed {name} llama_cpp into {sys.prefix}", file=sys.stderr)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--upstream", action="store_true", help="build plain upstream (no patches) for comparisons")
+    parser.add_argument("--force", action="store_true", help="rebuild even if a cached wheel exists")
+    parser.add_argument("--print-key", action="store_true", help="print the build key and exit")
+    args = parser.parse_args(argv)
+    try:
+        if args.print_key:
+            print(make_recipe(args.upstream).key)
+            return 0
+        build(upstream=args.upstream, force=args.force)
+    except BuildError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
