@@ -30,7 +30,7 @@ class PromptEdit(QPlainTextEdit):
 
     submitted = Signal()
 
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt API)
+    def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             self.submitted.emit()
             return
@@ -132,7 +132,7 @@ class MainWindow(QMainWindow):
         self.state_label.setText(f"Loading {Path(path).name}…")
         self.bridge.send(p.Load(path, p.Placement()))
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt API)
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.bridge.shutdown()
         super().closeEvent(event)
 

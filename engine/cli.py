@@ -34,7 +34,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     history: list[dict[str, str]] = [{"role": "system", "content": args.system}] if args.system else []
     with WorkerClient() as client:
         loaded = client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads))
-        print(f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}) - Ctrl+C stops an answer, Ctrl+D quits.", file=sys.stderr)
+        print(
+            f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}) - Ctrl+C stops an answer, Ctrl+D quits.",
+            file=sys.stderr,
+        )
         while True:
             try:
                 text = input("\n> ")
@@ -101,6 +104,9 @@ def _sha256(path: Path) -> str:
 
 def cmd_models(args: argparse.Namespace) -> int:
     registry = ModelRegistry()
+    if args.action in ("add", "remove") and not args.path:
+        print(f"specee models {args.action}: give a {'GGUF path' if args.action == 'add' else 'model id'}", file=sys.stderr)
+        return 2
     if args.action == "default":
         print(resolve_model(None))
         return 0

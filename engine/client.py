@@ -156,7 +156,9 @@ class WorkerClient:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         tail = "\n".join(list(self._stderr_tail)[-5:])
         detail = f"\nLast log lines:\n{tail}" if tail else ""
-        return f"The engine process {how}. Your conversation is kept; restart the engine to continue. Log: {self.log_path}{detail}"
+        return (
+            f"The engine process {how}. Your conversation is kept; restart the engine to continue. Log: {self.log_path}{detail}"
+        )
 
     # -- blocking helpers (no on_event handler) ---------------------------------------------------
 
@@ -175,7 +177,9 @@ class WorkerClient:
             if isinstance(msg, p.Error):
                 raise WorkerError(msg.kind, msg.message)
 
-    def load(self, model_path: str | Path, placement: p.Placement | None = None, mode: str = "vanilla", timeout: float = 300.0) -> p.Loaded:
+    def load(
+        self, model_path: str | Path, placement: p.Placement | None = None, mode: str = "vanilla", timeout: float = 300.0
+    ) -> p.Loaded:
         self.send(p.Load(str(model_path), placement or p.Placement(), mode))
         loaded = self.wait_for(p.Loaded, timeout=timeout)
         assert isinstance(loaded, p.Loaded)
@@ -186,7 +190,9 @@ class WorkerClient:
         self.send(p.Generate(rid, messages, sampling or p.Sampling()))
         return rid
 
-    def stream(self, messages: list[dict[str, str]], sampling: p.Sampling | None = None, timeout: float = 600.0) -> Iterator[p.Message]:
+    def stream(
+        self, messages: list[dict[str, str]], sampling: p.Sampling | None = None, timeout: float = 600.0
+    ) -> Iterator[p.Message]:
         """Yield this request's events up to and including Done; an Error raises WorkerError."""
         rid = self.generate(messages, sampling)
         deadline = time.monotonic() + timeout

@@ -15,7 +15,24 @@ from pathlib import Path
 import psutil
 
 # ISA features that change which llama.cpp kernels run.
-ISA_FLAGS = ("sse3", "ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni", "avx_vnni", "amx_tile", "neon", "asimd", "sve", "dotprod", "i8mm")
+ISA_FLAGS = (
+    "sse3",
+    "ssse3",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vnni",
+    "avx_vnni",
+    "amx_tile",
+    "neon",
+    "asimd",
+    "sve",
+    "dotprod",
+    "i8mm",
+)
 
 
 @dataclass

@@ -57,7 +57,10 @@ class Sampling:
         check(0.0 <= self.min_p < 1.0, f"min_p must be in [0, 1), got {self.min_p}")
         check(0.5 <= self.repeat_penalty <= 3.0, f"repeat_penalty must be between 0.5 and 3, got {self.repeat_penalty}")
         check(isinstance(self.seed, int) and -1 <= self.seed < 2**32, f"seed must be -1 (random) or 0..2^32-1, got {self.seed}")
-        check(isinstance(self.max_tokens, int) and 1 <= self.max_tokens <= 1_000_000, f"max_tokens must be 1..1000000, got {self.max_tokens}")
+        check(
+            isinstance(self.max_tokens, int) and 1 <= self.max_tokens <= 1_000_000,
+            f"max_tokens must be 1..1000000, got {self.max_tokens}",
+        )
         check(all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty strings")
         check(len(self.stop) <= 16, "at most 16 stop strings")
 

@@ -37,8 +37,7 @@ SOURCE_DIR = NATIVE_DIR / "src"
 SDIST_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
 SDIST_URL = (
-    "https://files.pythonhosted.org/packages/ec/e9/"
-    "e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/" + SDIST_NAME
+    "https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/" + SDIST_NAME
 )
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 
@@ -188,7 +187,9 @@ def fetch_sdist(root: Path) -> Path:
     if got != SDIST_SHA256:
         tmp.unlink(missing_ok=True)
         raise BuildError(
-            "verify", f"{SDIST_NAME} has sha256 {got}, expected {SDIST_SHA256}", "the download is corrupt or not the pinned file; run again"
+            "verify",
+            f"{SDIST_NAME} has sha256 {got}, expected {SDIST_SHA256}",
+            "the download is corrupt or not the pinned file; run again",
         )
     tmp.replace(target)
     return target

@@ -22,6 +22,8 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _STRING, _ARRAY = 8, 9
 # Arrays we keep in full; others are skipped (tokenizer vocabularies are large).
 _KEEP_ARRAYS = {"general.languages", "general.tags"}
+# Lengths beyond this mean a corrupt header, not a big model (a short read means truncation).
+_MAX_LEN = 1 << 31
 
 
 class ModelFileError(Exception):
@@ -87,8 +89,8 @@ class _Reader:
 
     def string(self) -> str:
         n = self.unpack("Q")
-        if n > self.size:
-            raise ValueError(f"string length {n} exceeds the file size")
+        if n > _MAX_LEN:
+            raise ValueError(f"implausible string length {n}")
         return self.take(n).decode("utf-8", errors="replace")
 
     def value(self, vtype: int, keep: bool = True) -> Any:
@@ -98,8 +100,8 @@ class _Reader:
             return self.string()
         if vtype == _ARRAY:
             itype, count = self.unpack("I"), self.unpack("Q")
-            if count > self.size:
-                raise ValueError(f"array length {count} exceeds the file size")
+            if count > _MAX_LEN:
+                raise ValueError(f"implausible array length {count}")
             if itype in _SCALARS and not keep:
                 self.fh.seek(struct.calcsize(_SCALARS[itype]) * count, 1)
                 return count
@@ -165,7 +167,9 @@ def _tensor_bytes(name: str, ttype: int, dims: list[int]) -> int:
     try:
         block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
     except (ValueError, KeyError):
-        raise ModelFileError("unsupported", f"tensor {name} has unknown type {ttype}; this llama.cpp is too old for it.") from None
+        raise ModelFileError(
+            "unsupported", f"tensor {name} has unknown type {ttype}; this llama.cpp is too old for it."
+        ) from None
     n = 1
     for d in dims:
         n *= d

@@ -63,7 +63,7 @@ class ChatPrompt:
         while len(tokens) > budget and content:
             content = content[len(content) // 4 + 1 :] if len(tokens) > 2 * budget else content[max(1, len(content) // 20) :]
             last["content"] = content
-            tokens = self._tokenize(self.render(system + [last]))
+            tokens = self._tokenize(self.render([*system, last]))
         if len(tokens) > budget:
             raise ChatFormatError(f"the system prompt alone needs more than the {budget} tokens available; shorten it")
         return FittedPrompt(tokens, dropped, True)

@@ -103,7 +103,13 @@ class Session:
                 what.append(f"the {fitted.dropped_messages} oldest messages were left out")
             if fitted.truncated_last:
                 what.append("the start of your last message was cut")
-            emit(p.Notice(req.request_id, "context_trimmed", f"The conversation is longer than the {n_ctx}-token context: " + " and ".join(what) + "."))
+            emit(
+                p.Notice(
+                    req.request_id,
+                    "context_trimmed",
+                    f"The conversation is longer than the {n_ctx}-token context: " + " and ".join(what) + ".",
+                )
+            )
         tokens = fitted.tokens
         cached = _common_prefix(self.llm._input_ids[: self.llm.n_tokens].tolist(), tokens)
         cached = min(cached, len(tokens) - 1)  # llama_cpp re-evaluates at least one token
@@ -182,7 +188,7 @@ class Session:
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

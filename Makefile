@@ -1,0 +1,41 @@
+# The front door. `make run`: set up and open the app on the default model. `make test`: set up and test.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup run test lint bench upstream clean
+
+setup: $(VENV)/.deps-stamp
+	$(BIN)/python native/build.py
+	$(BIN)/specee models default
+
+# Python dependencies, re-installed when pyproject.toml changes.
+$(VENV)/.deps-stamp: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "SpecEE Chat needs Python 3.11+; run: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+run: setup
+	$(BIN)/specee-chat
+
+test: setup lint
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+lint: $(VENV)/.deps-stamp
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Plain upstream llama-cpp-python in .venv-upstream, for `specee bench --modes vanilla,upstream`.
+upstream: $(VENV)/.deps-stamp
+	test -x .venv-upstream/bin/python || $(PYTHON) -m venv .venv-upstream
+	.venv-upstream/bin/python -m pip install -q --disable-pip-version-check numpy jinja2 diskcache typing-extensions \
+		scikit-build-core platformdirs tqdm psutil gguf
+	.venv-upstream/bin/python native/build.py --upstream
+
+bench: setup upstream
+	$(BIN)/specee bench --modes vanilla,upstream --upstream-python .venv-upstream/bin/python --max-tokens 64 --json bench-out/bench.json
+
+clean:
+	rm -rf $(VENV) .venv-upstream bench-out

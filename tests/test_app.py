@@ -1,0 +1,73 @@
+"""The real window, offscreen, streaming from the real worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.main_window import MainWindow
+from engine import protocol as p
+from engine.client import WorkerClient
+
+
+@pytest.fixture
+def window(qtbot, model_path: Path):  # type: ignore[no-untyped-def]
+    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(32))
+    qtbot.addWidget(win)
+    win.show()
+    win.start_engine()
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=60_000)
+    yield win
+    win.close()
+
+
+def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]
+    win.input.setPlainText(text)
+    qtbot.keyClick(win.input, Qt.Key.Key_Return)
+
+
+def test_window_streams_the_answer_from_the_worker(qtbot, window: MainWindow, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+    question = "What is the capital of France? Answer in one sentence."
+    with WorkerClient() as direct:
+        direct.load(model_path, p.Placement())
+        expected = list(direct.stream([{"role": "user", "content": question}], p.Sampling.greedy(32)))[-1].text
+    seen_partial: list[str] = []
+    window.bridge.event.connect(lambda m: isinstance(m, p.Token) and seen_partial.append(window.answer))
+    ask(qtbot, window, question)
+    assert window.stop_button.isEnabled() and not window.send_button.isEnabled()
+    qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
+    assert window.answer == expected and "Paris" in expected
+    assert len(seen_partial) > 3, "text must appear piece by piece"
+    transcript = window.transcript()
+    assert question in transcript and window.answer.strip() in transcript
+    assert "tok/s" in window.speed_label.text()
+    assert window.history[-1] == {"role": "assistant", "content": window.answer}
+    assert window.input.toPlainText() == ""
+
+
+def test_shift_enter_inserts_a_newline_instead_of_sending(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    window.input.setPlainText("line one")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert not window.request_id
+    assert "\n" in window.input.toPlainText()
+
+
+def test_killed_worker_keeps_the_question_and_restarts(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    window.sampling = p.Sampling.greedy(400)
+    ask(qtbot, window, "Tell me a long story about a dragon.")
+    qtbot.waitUntil(lambda: len(window.answer) > 0, timeout=60_000)
+    os.kill(window.bridge.client.pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: window.restart_button.isVisible(), timeout=30_000)
+    assert "Error (worker_died)" in window.transcript()
+    assert window.input.toPlainText() == "Tell me a long story about a dragon."  # nothing typed is lost
+    assert not window.send_button.isEnabled()
+    qtbot.mouseClick(window.restart_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.model_loaded, timeout=60_000)
+    window.sampling = p.Sampling.greedy(8)
+    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
+    assert window.answer

@@ -1,0 +1,30 @@
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main as cli
+from engine.native import build_info
+
+
+def test_doctor_prints_hardware_build_and_patch_feature(model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU" in out and "RAM" in out
+    assert build_info()["build_key"] in out and "patched" in out and "build-info" in out
+    assert "default  installed" in out
+
+
+def test_models_add_rejects_a_non_gguf_with_a_clear_error(
+    not_a_model: Path, isolated_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["models", "add", str(not_a_model)]) == 2
+    assert "not a GGUF model file" in capsys.readouterr().err
+    assert cli(["models"]) == 0
+    assert "no models yet" in capsys.readouterr().out
+
+
+def test_models_add_and_list(copied_model: Path, isolated_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["models", "add", str(copied_model)]) == 0
+    assert cli(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "copy" in out and "ok" in out

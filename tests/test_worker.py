@@ -1,0 +1,159 @@
+"""The real worker process on the real default model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import protocol as p
+from engine.client import WorkerClient, WorkerError
+
+QUESTION = [{"role": "user", "content": "Write three sentences about the sea."}]
+
+
+@pytest.fixture(scope="module")
+def worker(model_path: Path) -> Iterator[WorkerClient]:
+    client = WorkerClient()
+    client.start()
+    client.load(model_path, p.Placement(n_ctx=1024))
+    yield client
+    client.stop()
+
+
+def run(client: WorkerClient, messages: list[dict[str, str]], sampling: p.Sampling) -> tuple[list[p.Message], p.Done]:
+    events = list(client.stream(messages, sampling))
+    done = events[-1]
+    assert isinstance(done, p.Done)
+    return events, done
+
+
+def test_ready_reports_our_patched_build(worker: WorkerClient) -> None:
+    assert worker.ready is not None
+    assert worker.ready.native["patched"] is True
+    assert "build-info" in worker.ready.native["features"]
+
+
+def test_greedy_is_deterministic_and_streams(worker: WorkerClient) -> None:
+    events1, done1 = run(worker, QUESTION, p.Sampling.greedy(48))
+    _events2, done2 = run(worker, QUESTION, p.Sampling.greedy(48))
+    pieces = [e for e in events1 if isinstance(e, p.Token)]
+    assert len(pieces) > 10, "tokens must stream one by one"
+    assert "".join(t.text for t in pieces) == done1.text
+    assert done1.tokens == done2.tokens and done1.text == done2.text
+    assert done1.n_generated == len(done1.tokens) > 10
+    stats = [e for e in events1 if isinstance(e, p.Stats)][-1]
+    assert stats.decode_tok_s > 0 and stats.ttft_ms > 0 and stats.n_prompt == done1.n_prompt
+
+
+def test_seeded_sampling_repeats_and_differs_by_seed(worker: WorkerClient) -> None:
+    hot = dict(temperature=1.2, top_k=0, top_p=1.0, min_p=0.0, max_tokens=24)
+    a = run(worker, QUESTION, p.Sampling(seed=1, **hot))[1].tokens
+    b = run(worker, QUESTION, p.Sampling(seed=1, **hot))[1].tokens
+    c = run(worker, QUESTION, p.Sampling(seed=2, **hot))[1].tokens
+    assert a == b
+    assert a != c
+
+
+def test_cancel_stops_within_a_token(worker: WorkerClient) -> None:
+    rid = worker.generate(QUESTION, p.Sampling.greedy(400))
+    seen = 0
+    while True:
+        ev = worker.next_event(60)
+        if isinstance(ev, p.Token):
+            seen = ev.index + 1
+            if seen == 5:
+                worker.cancel(rid)
+        if isinstance(ev, p.Done):
+            break
+    assert ev.finish_reason == "cancelled"
+    assert 5 <= ev.n_generated <= 7, "the worker must stop at the next token boundary"
+    # and the worker is still usable
+    assert run(worker, QUESTION, p.Sampling.greedy(4))[1].n_generated == 4
+
+
+def test_stop_strings_end_the_answer_without_showing_them(worker: WorkerClient) -> None:
+    full = run(worker, QUESTION, p.Sampling.greedy(48))[1].text
+    stop = full.split()[3]
+    _events, done = run(worker, QUESTION, p.Sampling(**{**p.Sampling.greedy(48).__dict__, "stop": [stop]}))
+    assert done.finish_reason == "stop"
+    assert stop not in done.text
+    assert full.startswith(done.text)
+
+
+def test_context_overflow_drops_oldest_turns_with_a_notice(model_path: Path) -> None:
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=256))
+        history = []
+        for i in range(12):
+            history += [{"role": "user", "content": f"Question {i}: tell me about topic number {i} in detail."},
+                        {"role": "assistant", "content": f"Topic {i} is interesting because of many reasons."}]  # fmt: skip
+        history.append({"role": "user", "content": "Summarise our talk."})
+        events, done = run(client, history, p.Sampling.greedy(64))
+        notices = [e for e in events if isinstance(e, p.Notice)]
+        assert notices and notices[0].kind == "context_trimmed" and "oldest messages" in notices[0].message
+        assert done.finish_reason in ("stop", "length", "context_full")
+        # a single message larger than the whole context is cut from the front, never a crash
+        events, done = run(client, [{"role": "user", "content": "word " * 3000}], p.Sampling.greedy(8))
+        assert any(isinstance(e, p.Notice) and "cut" in e.message for e in events)
+        assert done.n_prompt <= 256
+
+
+def test_bad_settings_and_requests_get_clear_errors(worker: WorkerClient) -> None:
+    with pytest.raises(WorkerError) as err:
+        list(worker.stream(QUESTION, p.Sampling(top_p=7.0)))
+    assert err.value.kind == "bad_settings" and "top_p" in str(err.value)
+    with pytest.raises(WorkerError) as err:
+        list(worker.stream([{"role": "assistant", "content": "hi"}], p.Sampling.greedy(4)))
+    assert err.value.kind == "bad_request"
+
+
+@pytest.mark.parametrize("fixture_name", ["truncated_model", "not_a_model", "missing"])
+def test_broken_model_files_are_reported_and_the_worker_survives(
+    fixture_name: str, request: pytest.FixtureRequest, model_path: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "missing.gguf" if fixture_name == "missing" else request.getfixturevalue(fixture_name)
+    with WorkerClient() as client:
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as err:
+            client.load(bad, timeout=30)
+        assert err.value.kind == "model_file"
+        assert bad.name in str(err.value)
+        assert time.monotonic() - start < 30
+        assert client.alive
+        assert client.load(model_path).n_layer == 30  # the same worker still loads a good model
+
+
+def test_generate_without_a_model(model_path: Path) -> None:
+    with WorkerClient() as client, pytest.raises(WorkerError) as err:
+        list(client.stream(QUESTION, p.Sampling.greedy(4)))
+    assert err.value.kind == "no_model"
+
+
+def test_kill_9_mid_answer_is_reported_and_restart_works(model_path: Path) -> None:
+    client = WorkerClient()
+    client.start()
+    try:
+        client.load(model_path)
+        client.generate(QUESTION, p.Sampling.greedy(400))
+        while not isinstance(client.next_event(60), p.Token):
+            pass
+        os.kill(client.pid, signal.SIGKILL)
+        while True:
+            ev = client.next_event(30)
+            if isinstance(ev, p.Error):
+                break
+        assert ev.kind == "worker_died"
+        assert "signal 9" in ev.message and "restart" in ev.message
+        with pytest.raises(WorkerError):
+            client.send(p.Generate("x", QUESTION, p.Sampling.greedy(4)))
+        client.start()
+        client.load(model_path)
+        _, done = run(client, QUESTION, p.Sampling.greedy(8))
+        assert done.n_generated == 8
+    finally:
+        client.stop()
