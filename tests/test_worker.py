@@ -157,3 +157,16 @@ def test_kill_9_mid_answer_is_reported_and_restart_works(model_path: Path) -> No
         assert done.n_generated == 8
     finally:
         client.stop()
+
+
+def test_idle_worker_does_not_spin(worker: WorkerClient) -> None:
+    import psutil
+
+    run(worker, QUESTION, p.Sampling.greedy(16))
+    proc = psutil.Process(worker.pid)
+    time.sleep(0.3)  # past any short spin after the last token
+    before = proc.cpu_times()
+    time.sleep(2.0)
+    after = proc.cpu_times()
+    busy = (after.user - before.user) + (after.system - before.system)
+    assert busy < 0.1, f"an idle worker used {busy:.2f}s of CPU in 2s"
