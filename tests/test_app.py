@@ -71,3 +71,49 @@ def test_killed_worker_keeps_the_question_and_restarts(qtbot, window: MainWindow
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
     assert window.answer
+
+
+APP_SESSION = """
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app.main_window import MainWindow
+from engine import protocol as p
+
+app = QApplication(sys.argv)
+w = MainWindow(model_path=sys.argv[1], sampling=p.Sampling.greedy(48))
+w.show()
+w.start_engine()
+
+def ask():
+    if not w.model_loaded:
+        return QTimer.singleShot(100, ask)
+    w.input.setPlainText("Name three colours.")
+    w.send_message()
+    QTimer.singleShot(100, finish)
+
+def finish():
+    if w.request_id:
+        return QTimer.singleShot(100, finish)
+    print("ANSWER:", w.answer.replace("\\n", " "))
+    w.close()
+    app.quit()
+
+QTimer.singleShot(0, ask)
+sys.exit(app.exec())
+"""
+
+
+def test_app_exits_cleanly_after_streaming(model_path: Path, tmp_path: Path) -> None:
+    """A whole app session in its own interpreter: stream an answer, close, exit 0 with no fatal
+    error at interpreter shutdown (PySide6 6.12.0's emit corrupted refcounts and crashed here)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "session.py"
+    script.write_text(APP_SESSION)
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    result = subprocess.run([sys.executable, str(script), str(model_path)], capture_output=True, text=True, timeout=120, env=env)
+    assert "Fatal Python error" not in result.stderr
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "ANSWER:" in result.stdout and len(result.stdout.split("ANSWER:")[1].strip()) > 5

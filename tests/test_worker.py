@@ -128,10 +128,18 @@ def test_broken_model_files_are_reported_and_the_worker_survives(
         assert client.load(model_path).n_layer == 30  # the same worker still loads a good model
 
 
-def test_generate_without_a_model(model_path: Path) -> None:
-    with WorkerClient() as client, pytest.raises(WorkerError) as err:
-        list(client.stream(QUESTION, p.Sampling.greedy(4)))
-    assert err.value.kind == "no_model"
+def test_generate_without_a_model_and_after_unload(model_path: Path) -> None:
+    with WorkerClient() as client:
+        with pytest.raises(WorkerError) as err:
+            list(client.stream(QUESTION, p.Sampling.greedy(4)))
+        assert err.value.kind == "no_model"
+        client.load(model_path)
+        assert run(client, QUESTION, p.Sampling.greedy(2))[1].n_generated == 2
+        client.send(p.Unload())
+        client.wait_for(p.Unloaded, timeout=30)
+        with pytest.raises(WorkerError) as err:
+            list(client.stream(QUESTION, p.Sampling.greedy(4)))
+        assert err.value.kind == "no_model"
 
 
 def test_kill_9_mid_answer_is_reported_and_restart_works(model_path: Path) -> None:
