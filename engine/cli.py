@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
 from engine import __version__
 from engine import protocol as p
+from engine.hashing import sha256_file
 from engine.models.default_model import DefaultModelError, ensure_default_model
 from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.models.registry import ModelRecord, ModelRegistry
@@ -94,14 +94,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def cmd_models(args: argparse.Namespace) -> int:
     registry = ModelRegistry()
     if args.action in ("add", "remove") and not args.path:
@@ -113,7 +105,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "add":
         path = Path(args.path).expanduser().resolve()
         info = inspect_gguf(path)
-        registry.add(ModelRecord(path.stem, str(path), _sha256(path), path.stat().st_size, "local"))
+        registry.add(ModelRecord(path.stem, str(path), sha256_file(path), path.stat().st_size, "local"))
         print(f"added {path.stem}: {info.name}, {info.architecture}, {info.n_layer} layers")
         return 0
     if args.action == "remove":

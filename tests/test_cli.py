@@ -28,3 +28,34 @@ def test_models_add_and_list(copied_model: Path, isolated_data: Path, capsys: py
     assert cli(["models"]) == 0
     out = capsys.readouterr().out
     assert "copy" in out and "ok" in out
+
+
+def test_terminal_chat_answers_and_quits_on_eof(model_path: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "chat", "--model", str(model_path), "--temperature", "0", "--max-tokens", "16"],
+        input="What is 2 + 2?\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-1000:]
+    assert len(result.stdout.strip("> \n")) > 3  # the streamed answer
+    assert "tok/s" in result.stderr
+
+
+def test_chat_with_a_broken_model_exits_with_a_clear_error(truncated_model: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "chat", "--model", str(truncated_model)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "truncated" in result.stderr and "Traceback" not in result.stderr

