@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 1
+EXPECTED_API_VERSION = 2
 
 
 class NativeBuildError(RuntimeError):
@@ -43,3 +43,18 @@ def require_patched() -> dict[str, Any]:
     if info.get("api_version", 0) < EXPECTED_API_VERSION:
         raise NativeBuildError(f"native build API {info.get('api_version')} is older than {EXPECTED_API_VERSION}; rebuild it")
     return info
+
+
+@cache
+def lib() -> ctypes.CDLL:
+    """libllama with SpecEE Chat's C API (native/src/specee.h) bound."""
+    info = require_patched()
+    from llama_cpp import llama_cpp as lib_mod
+
+    handle = lib_mod._lib
+    handle.specee_capture_layer_input.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_bool]
+    handle.specee_capture_layer_input.restype = None
+    handle.specee_layer_input.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    handle.specee_layer_input.restype = ctypes.POINTER(ctypes.c_float)
+    assert "layer-capture" in info["features"]
+    return handle

@@ -1,0 +1,82 @@
+"""Write a trained EAGLE-3 head as a GGUF that llama.cpp's `eagle3` architecture loads.
+
+Conventions (llama.cpp src/models/eagle3.cpp): torch Linear weights are written as-is; RoPE was
+trained on adjacent pairs, so q/k need no permutation; `d2t` holds absolute target ids as I64; no
+token embedding is written (the head borrows the target's through ctx_other); every tensor in the
+file must be one the loader consumes. The target's tokenizer is copied, and `specee.target_sha256`
+ties the head to its target so a head for another model is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+
+from engine.train.eagle_head import EagleHead
+
+ARCH = "eagle3"
+TARGET_SHA_KEY = "specee.target_sha256"
+TRAINING_KEY = "specee.training"
+
+
+def export_head(head: EagleHead, target_path: str, target_sha256: str, out: Path, training_json: str = "") -> Path:
+    cfg = head.cfg
+    target = GGUFReader(target_path)
+    tmp = out.with_name(f".{out.name}.part")
+    w = GGUFWriter(str(tmp), arch=ARCH)
+    w.add_uint32(f"{ARCH}.context_length", int(target.fields["llama.context_length"].contents()))
+    w.add_uint32(f"{ARCH}.embedding_length", cfg.n_embd)
+    w.add_uint32(f"{ARCH}.block_count", 1)
+    w.add_uint32(f"{ARCH}.feed_forward_length", cfg.n_ff)
+    w.add_uint32(f"{ARCH}.attention.head_count", cfg.n_head)
+    w.add_uint32(f"{ARCH}.attention.head_count_kv", cfg.n_head_kv)
+    w.add_uint32(f"{ARCH}.rope.dimension_count", cfg.n_embd // cfg.n_head)
+    w.add_float32(f"{ARCH}.rope.freq_base", cfg.rope_base)
+    w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
+    w.add_array(f"{ARCH}.target_layers", [int(x) for x in cfg.layers])
+    w.add_uint32(f"{ARCH}.target_hidden_size", cfg.target_hidden)
+    w.add_bool(f"{ARCH}.norm_before_residual", False)
+    w.add_bool(f"{ARCH}.norm_before_fc", False)
+    w.add_string(TARGET_SHA_KEY, target_sha256)
+    if training_json:
+        w.add_string(TRAINING_KEY, training_json)
+    for key, field in target.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        if vtype == GGUFValueType.ARRAY:
+            w.add_key_value(key, field.contents(), vtype, sub_type=field.types[1])
+        else:
+            w.add_key_value(key, field.contents(), vtype)
+
+    def t(x) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return x.detach().cpu().float().numpy()
+
+    def mat(x) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return t(x).astype(np.float16)  # matrices in F16, norms stay F32
+
+    w.add_tensor("fc.weight", mat(head.fc.weight))
+    w.add_tensor("blk.0.attn_norm.weight", t(head.attn_norm.weight))
+    w.add_tensor("blk.0.attn_norm_2.weight", t(head.attn_norm_2.weight))
+    w.add_tensor("blk.0.attn_q.weight", mat(head.wq.weight))
+    w.add_tensor("blk.0.attn_k.weight", mat(head.wk.weight))
+    w.add_tensor("blk.0.attn_v.weight", mat(head.wv.weight))
+    w.add_tensor("blk.0.attn_output.weight", mat(head.wo.weight))
+    w.add_tensor("blk.0.ffn_norm.weight", t(head.ffn_norm.weight))
+    w.add_tensor("blk.0.ffn_gate.weight", mat(head.gate.weight))
+    w.add_tensor("blk.0.ffn_up.weight", mat(head.up.weight))
+    w.add_tensor("blk.0.ffn_down.weight", mat(head.down.weight))
+    w.add_tensor("output_norm.weight", t(head.output_norm.weight))
+    w.add_tensor("output.weight", mat(head.lm_head.weight))
+    w.add_tensor("d2t", head.d2t.cpu().numpy().astype(np.int64), raw_dtype=GGMLQuantizationType.I64)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    tmp.replace(out)
+    return out

@@ -1,0 +1,248 @@
+"""Train an EAGLE-3 head on teacher data (engine/train/dataset.py): draft vocabulary, training-time
+test, checkpoints with resume, and the hit-rate / acceptance evaluation."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from tqdm import tqdm
+
+from engine.train.dataset import iter_shards, read_manifest
+from engine.train.eagle_head import EagleHead, HeadConfig
+
+STEP_WEIGHT = 0.8  # loss weight decays per unrolled step, as in EAGLE-3
+
+
+@dataclass
+class Batch:
+    features: torch.Tensor  # [B, L, 3T] float32
+    tokens: torch.Tensor  # [B, L] long
+    top: torch.Tensor  # [B, L, 4] long: target top-4 next tokens at each position
+    valid: torch.Tensor  # [B, L] bool
+
+
+def target_tensors(model_path: str) -> dict[str, np.ndarray]:
+    """The target weights the head shares or starts from, dequantised like llama.cpp does."""
+    reader = GGUFReader(model_path)
+    out = {}
+    for t in reader.tensors:
+        if t.name in ("token_embd.weight", "output_norm.weight", "output.weight"):
+            shape = [int(x) for x in reversed(t.shape)]  # ggml ne order -> numpy row-major
+            out[t.name] = dequantize(t.data, t.tensor_type).reshape(shape)
+    return out
+
+
+def load_sequences(folder: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    seqs = []
+    for shard in iter_shards(folder):
+        for start, length, _n_prompt in shard.seqs:
+            sl = slice(int(start), int(start + length))
+            seqs.append((np.asarray(shard.features[sl]), np.asarray(shard.tokens[sl]), np.asarray(shard.top[sl])))
+    return seqs
+
+
+def choose_draft_vocab(seqs: list, size: int, n_vocab: int) -> tuple[np.ndarray, float]:
+    """The `size` target tokens the target predicts most often (absolute ids, sorted) and their coverage."""
+    counts = np.zeros(n_vocab, dtype=np.int64)
+    for _f, _t, top in seqs:
+        np.add.at(counts, top[:, 0], 1)
+    ids = np.sort(np.argsort(-counts, kind="stable")[:size])
+    return ids, float(counts[ids].sum() / max(1, counts.sum()))
+
+
+def make_batches(seqs: list, max_tokens: int, rng: random.Random) -> list[list[int]]:
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i][1]))
+    batches, cur, longest = [], [], 0
+    for i in order:
+        n = len(seqs[i][1])
+        if cur and max(longest, n) * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(seqs: list, idx: list[int]) -> Batch:
+    n = max(len(seqs[i][1]) for i in idx)
+    b = len(idx)
+    t_dim = seqs[idx[0]][0].shape[1] * seqs[idx[0]][0].shape[2]
+    feats = torch.zeros(b, n, t_dim)
+    toks = torch.zeros(b, n, dtype=torch.long)
+    top = torch.zeros(b, n, 4, dtype=torch.long)
+    valid = torch.zeros(b, n, dtype=torch.bool)
+    for r, i in enumerate(idx):
+        f, t, tp = seqs[i]
+        m = len(t)
+        feats[r, :m] = torch.from_numpy(f.reshape(m, -1).astype(np.float32))
+        toks[r, :m] = torch.from_numpy(t.astype(np.int64))
+        top[r, :m] = torch.from_numpy(tp.astype(np.int64))
+        valid[r, :m] = True
+    return Batch(feats, toks, top, valid)
+
+
+def step_targets(batch: Batch, step: int, t2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels for unrolled step k at row P: the target's top-1 after position P+k, and the mask of
+    rows where that exists (inside the sequence)."""
+    lengths = batch.valid.sum(1, keepdim=True)
+    pos = torch.arange(batch.valid.shape[1]).expand_as(batch.valid)
+    ok = pos + step < lengths
+    target = torch.roll(batch.top[..., 0], -step, dims=1)
+    return target, ok
+
+
+def loss_fn(outs: list[torch.Tensor], batch: Batch, t2d: torch.Tensor) -> torch.Tensor:
+    total, norm = torch.zeros(()), 0.0
+    for k, logits in enumerate(outs, start=1):
+        target, ok = step_targets(batch, k, t2d)
+        d = t2d[target]
+        mask = ok & (d >= 0)
+        if mask.any():
+            w = STEP_WEIGHT ** (k - 1)
+            total = total + w * F.cross_entropy(logits[mask], d[mask])
+            norm += w
+    return total / max(norm, 1e-9)
+
+
+@torch.no_grad()
+def evaluate(head: EagleHead, seqs: list, steps: int, t2d: torch.Tensor, max_tokens: int = 4096) -> dict:
+    """Step-1 top-1 / top-4 hit rates (draft's best guesses vs the target's next token) and the
+    expected accepted drafts per target step for a greedy chain of `steps` drafts."""
+    head.eval()
+    hits1 = hits4 = rows = 0
+    accepted_sum, chains = 0.0, 0
+    d2t = head.d2t
+    for idx in make_batches(seqs, max_tokens, random.Random(0)):
+        batch = collate(seqs, idx)
+        outs = head.unrolled(batch.features, batch.tokens, batch.valid, steps)
+        correct = []
+        for k, logits in enumerate(outs, start=1):
+            target, ok = step_targets(batch, k, t2d)
+            top4 = d2t[logits.topk(4, dim=-1).indices]  # [B, L, 4] target ids
+            hit1 = top4[..., 0] == target
+            if k == 1:
+                hits1 += int((hit1 & ok).sum())
+                hits4 += int(((top4 == target[..., None]).any(-1) & ok).sum())
+                rows += int(ok.sum())
+                base_ok = ok
+            correct.append(hit1 & ok)
+        run = torch.ones_like(correct[0])
+        acc = torch.zeros(correct[0].shape)
+        for c in correct:
+            run = run & c
+            acc += run.float()
+        accepted_sum += float(acc[base_ok].sum())
+        chains += int(base_ok.sum())
+    head.train()
+    return {
+        "top1": hits1 / max(rows, 1),
+        "top4": hits4 / max(rows, 1),
+        "accepted_per_step": accepted_sum / max(chains, 1),
+        "acceptance_length": 1 + accepted_sum / max(chains, 1),
+        "rows": rows,
+    }
+
+
+def train_head(
+    model_path: str,
+    data_dir: Path,
+    out_dir: Path,
+    eval_dir: Path | None = None,
+    epochs: int = 8,
+    draft_vocab: int = 4096,
+    steps: int = 3,
+    lr: float = 1e-3,
+    max_tokens: int = 2048,
+    seed: int = 0,
+    time_budget_s: float = 0.0,
+) -> dict:
+    torch.manual_seed(seed)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(data_dir)
+    seqs = load_sequences(data_dir)
+    eval_seqs = load_sequences(eval_dir) if eval_dir else []
+    weights = target_tensors(model_path)
+    embed = torch.from_numpy(weights["token_embd.weight"].astype(np.float32))
+    n_vocab = embed.shape[0]
+    ids, coverage = choose_draft_vocab(seqs, draft_vocab, n_vocab)
+    cfg = HeadConfig(draft_vocab=len(ids), layers=tuple(manifest["layers"]))
+    head = EagleHead(cfg, embed)
+    head.d2t.copy_(torch.from_numpy(ids))
+    t2d = torch.full((n_vocab,), -1, dtype=torch.long)
+    t2d[head.d2t] = torch.arange(len(ids))
+    with torch.no_grad():  # the target's own output head (tied embeddings) restricted to the draft vocab
+        out_w = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]).astype(np.float32))
+        head.lm_head.weight.copy_(out_w[head.d2t])
+        head.output_norm.weight.copy_(torch.from_numpy(weights["output_norm.weight"].astype(np.float32)))
+        # Start with g = the highest feature layer and small block outputs, so the untrained head is
+        # already an early exit of the target (a sane logit scale) rather than noise.
+        t_dim = cfg.target_hidden
+        head.fc.weight.zero_()
+        head.fc.weight[:, 2 * t_dim : 3 * t_dim].copy_(torch.eye(cfg.n_embd, t_dim))
+        head.wo.weight.mul_(0.1)
+        head.down.weight.mul_(0.1)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    ckpt_path = out_dir / "checkpoint.pt"
+    start_epoch, history, elapsed = 0, [], 0.0
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        head.load_state_dict(ckpt["head"], strict=False)
+        opt.load_state_dict(ckpt["opt"])
+        start_epoch, history, elapsed = ckpt["epoch"], ckpt["history"], ckpt.get("elapsed", 0.0)
+        print(f"resumed from {ckpt_path} at epoch {start_epoch}")
+    rng = random.Random(seed)
+    total_batches = epochs * len(make_batches(seqs, max_tokens, random.Random(0)))
+    done_batches = start_epoch * len(make_batches(seqs, max_tokens, random.Random(0)))
+    t_start = time.monotonic() - elapsed
+    for epoch in range(start_epoch, epochs):
+        batches = make_batches(seqs, max_tokens, rng)
+        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch")
+        losses = []
+        for idx in bar:
+            frac = done_batches / max(1, total_batches)
+            for group in opt.param_groups:  # warm-up then cosine
+                group["lr"] = lr * min(1.0, (done_batches + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+            batch = collate(seqs, idx)
+            loss = loss_fn(head.unrolled(batch.features, batch.tokens, batch.valid, steps), batch, t2d)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss))
+            done_batches += 1
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+        entry = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "elapsed_s": time.monotonic() - t_start}
+        if eval_seqs:
+            entry["eval"] = evaluate(head, eval_seqs, steps, t2d)
+            print(json.dumps(entry))
+        history.append(entry)
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch + 1, "history": history,
+                    "elapsed": time.monotonic() - t_start, "cfg": cfg.as_dict(), "d2t": head.d2t}, tmp)  # fmt: skip
+        tmp.replace(ckpt_path)
+        if time_budget_s and time.monotonic() - t_start > time_budget_s:
+            print(f"time budget of {time_budget_s:.0f}s reached after epoch {epoch + 1}")
+            break
+    return {
+        "head": head,
+        "cfg": cfg,
+        "coverage": coverage,
+        "history": history,
+        "train_tokens": int(sum(len(s[1]) for s in seqs)),
+        "train_seqs": len(seqs),
+        "wall_s": time.monotonic() - t_start,
+    }
