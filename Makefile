@@ -20,7 +20,12 @@ $(VENV)/.deps-stamp: pyproject.toml
 run: setup
 	$(BIN)/specee-chat
 
-test: setup lint
+# Tests also cover the trainer, so they need the optional `train` extra (PyTorch, CPU).
+$(VENV)/.train-stamp: $(VENV)/.deps-stamp
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,train]'
+	touch $@
+
+test: setup lint $(VENV)/.train-stamp
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
 lint: $(VENV)/.deps-stamp

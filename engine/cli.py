@@ -157,6 +157,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_eagle(args: argparse.Namespace) -> int:
+    try:
+        from engine.train.pipeline import train_eagle
+    except ImportError as exc:
+        print(
+            f"specee train needs the optional training extra ({exc.name} is missing): pip install -e '.[train]'", file=sys.stderr
+        )
+        return 2
+    manifest = train_eagle(
+        resolve_model(args.model), Path(args.out), Path(args.prompts), args.n_prompts, args.eval_prompts, args.max_new,
+        args.epochs, args.draft_vocab, args.steps, Path(args.work) if args.work else None, args.time_budget,
+    )  # fmt: skip
+    ev = manifest["eagle"]["dev_eval"]
+    print(json.dumps({"head": str(args.out), **ev}, indent=1))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specee", description="SpecEE Chat command-line tool")
     parser.add_argument("--version", action="version", version=f"specee-chat {__version__}")
@@ -174,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure decode/prefill speed per acceleration mode")
     bench.add_argument("--model", help="GGUF path or registered model id (default: the default model)")
-    bench.add_argument("--modes", default="vanilla", help="comma-separated: vanilla, upstream")
+    bench.add_argument("--modes", default="vanilla", help="comma-separated: vanilla, eagle, auto, upstream")
     bench.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/dev.jsonl"))
     bench.add_argument("--max-tokens", type=int, default=64)
     bench.add_argument("--warmup", type=int, default=2)
@@ -189,6 +206,22 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove", "default"])
     models.add_argument("path", nargs="?", help="GGUF path (add) or model id (remove)")
     models.set_defaults(func=cmd_models)
+
+    train = sub.add_parser("train", help="train acceleration weights for a model (needs the `train` extra)")
+    train_sub = train.add_subparsers(dest="what", required=True)
+    eagle = train_sub.add_parser("eagle", help="teacher data + EAGLE-3 head training + GGUF export + evaluation")
+    eagle.add_argument("--model", help="target GGUF (default: the default model)")
+    eagle.add_argument("--out", required=True, help="head GGUF to write; manifest.json is written beside it")
+    eagle.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/train.jsonl"))
+    eagle.add_argument("--n-prompts", type=int, default=0, help="use only N training prompts (0 = all)")
+    eagle.add_argument("--eval-prompts", type=int, default=40, help="development prompts for the quick evaluation")
+    eagle.add_argument("--max-new", type=int, default=96, help="answer tokens the target writes per prompt")
+    eagle.add_argument("--epochs", type=int, default=6)
+    eagle.add_argument("--draft-vocab", type=int, default=4096)
+    eagle.add_argument("--steps", type=int, default=3, help="unrolled draft steps in training = chain length at inference")
+    eagle.add_argument("--work", help="folder for data shards and checkpoints (resumable)")
+    eagle.add_argument("--time-budget", type=float, default=0.0, help="stop training after this many seconds")
+    eagle.set_defaults(func=cmd_train_eagle)
 
     doctor = sub.add_parser("doctor", help="print hardware, native build and model status")
     doctor.add_argument("--json", action="store_true")

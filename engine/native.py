@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 2
+EXPECTED_API_VERSION = 3
 
 
 class NativeBuildError(RuntimeError):
@@ -57,4 +57,31 @@ def lib() -> ctypes.CDLL:
     handle.specee_layer_input.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     handle.specee_layer_input.restype = ctypes.POINTER(ctypes.c_float)
     assert "layer-capture" in info["features"]
+    vp, i32 = ctypes.c_void_p, ctypes.c_int32
+    sigs = {
+        "specee_last_error": ([], ctypes.c_char_p),
+        "specee_eagle_init": ([vp, vp, i32, i32], vp),
+        "specee_eagle_free": ([vp], None),
+        "specee_eagle_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
+        "specee_eagle_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(EagleStats)], i32),
+        "specee_eagle_n_past": ([vp], i32),
+        "specee_eagle_reset_stats": ([vp], None),
+    }
+    for name, (args, res) in sigs.items():
+        fn = getattr(handle, name)
+        fn.argtypes, fn.restype = args, res
     return handle
+
+
+class EagleStats(ctypes.Structure):
+    """native/src/specee.h: struct specee_eagle_stats."""
+
+    _fields_ = [
+        ("n_steps", ctypes.c_int32),
+        ("n_drafted", ctypes.c_int32),
+        ("n_accepted", ctypes.c_int32),
+        ("n_emitted", ctypes.c_int32),
+        ("t_draft_ms", ctypes.c_double),
+        ("t_verify_ms", ctypes.c_double),
+        ("t_feed_ms", ctypes.c_double),
+    ]

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from engine import protocol as p
 from engine.bench.prompts import BenchPrompt
 from engine.client import WorkerClient
+from engine.models.acceleration import find_pack
 
 # A mode name -> (worker acceleration mode, which interpreter). `upstream` is vanilla decoding on
 # plain upstream llama-cpp-python, for checking that our build costs nothing.
@@ -31,6 +32,7 @@ class Sample:
     decode_tok_s: float
     finish: str
     tokens: list[int] = field(default_factory=list)
+    accel: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -38,6 +40,7 @@ class ModeReport:
     mode: str
     native: dict
     samples: list[Sample] = field(default_factory=list)
+    head_eval: dict = field(default_factory=dict)  # the shipped head's offline hit rates (manifest)
 
     def summary(self, reference: ModeReport | None) -> dict:
         decode = [s.decode_tok_s for s in self.samples if s.decode_tok_s > 0]
@@ -50,6 +53,12 @@ class ModeReport:
             "prefill_tok_s_median": _median([s.prefill_tok_s for s in self.samples]),
             "ttft_ms_median": _median([s.ttft_ms for s in self.samples]),
         }
+        for key in ("acceptance_length", "accept_rate", "draft_ms_per_step", "verify_ms_per_step", "feed_ms_per_step"):
+            values = [s.accel[key] for s in self.samples if key in s.accel]
+            if values:
+                out[f"{key}_median"] = _median(values)
+        if self.head_eval:
+            out["head_dev_eval"] = self.head_eval
         if reference is not None:
             ref = {s.prompt_id: s for s in reference.samples}
             ratios = [s.decode_tok_s / ref[s.prompt_id].decode_tok_s for s in self.samples
@@ -87,6 +96,9 @@ def run_bench(
             ready = client.start()
             client.load(model_path, p.Placement(n_ctx=n_ctx, n_threads=n_threads), mode="vanilla" if mode == UPSTREAM else mode)
             clients[mode], reports[mode] = client, ModeReport(mode, ready.native)
+            if mode == "eagle":
+                pack = find_pack(Path(model_path))
+                reports[mode].head_eval = pack.manifest.get("eagle", {}).get("dev_eval", {}) if pack else {}
         sampling = p.Sampling.greedy(max_tokens)
         for prompt in prompts[:warmup]:
             for mode in modes:
@@ -118,7 +130,7 @@ def _run_one(client: WorkerClient, prompt: BenchPrompt, sampling: p.Sampling) ->
         elif isinstance(ev, p.Done):
             done = ev
     return Sample(prompt.id, done.n_prompt, done.n_generated, stats.ttft_ms, stats.prefill_tok_s, stats.decode_tok_s,
-                  done.finish_reason, done.tokens)  # fmt: skip
+                  done.finish_reason, done.tokens, stats.accel)  # fmt: skip
 
 
 def print_report(report: dict) -> None:
@@ -130,6 +142,13 @@ def print_report(report: dict) -> None:
         ratio = m.get("decode_speedup_vs_vanilla_median")
         print(f"{m['mode']:<12}{m['decode_tok_s_median']:>14.1f}{m['prefill_tok_s_median']:>15.1f}{m['ttft_ms_median']:>10.1f}"
               f"{(f'{ratio:.3f}x' if ratio else '1.000x'):>12}{m.get('identical_to_vanilla', '-'):>11}")  # fmt: skip
+        if "acceptance_length_median" in m:
+            print(f"  acceptance length {m['acceptance_length_median']:.2f} tok/step, accept {m['accept_rate_median']:.2f};"
+                  f" per step: draft {m['draft_ms_per_step_median']:.1f} ms, verify {m['verify_ms_per_step_median']:.1f} ms,"
+                  f" feed {m['feed_ms_per_step_median']:.1f} ms")  # fmt: skip
+        if m.get("head_dev_eval"):
+            ev = m["head_dev_eval"]
+            print(f"  head (offline, dev prompts): top-1 {ev.get('top1', 0):.3f}, top-4 {ev.get('top4', 0):.3f}")
         if m.get("mismatched_prompts"):
             print(f"  output differs from vanilla on: {', '.join(m['mismatched_prompts'])}")
 

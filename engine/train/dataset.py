@@ -96,7 +96,8 @@ def _write_shard(folder: Path, name: str, seqs: list[Sequence]) -> None:
     np.save(tmp / "tokens.npy", np.concatenate([s.tokens for s in seqs]))
     np.save(tmp / "features.npy", np.concatenate([s.features for s in seqs]))
     np.save(tmp / "top.npy", np.concatenate([s.target_top for s in seqs]))
-    np.save(tmp / "seqs.npy", np.array([[st, ln, s.n_prompt] for st, ln, s in zip(starts, lengths, seqs)], dtype=np.int32))
+    rows = [[st, ln, s.n_prompt] for st, ln, s in zip(starts, lengths, seqs, strict=True)]
+    np.save(tmp / "seqs.npy", np.array(rows, dtype=np.int32))
     tmp.rename(folder / name)
 
 

@@ -222,7 +222,7 @@ def train_head(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
             opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             done_batches += 1
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
         entry = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "elapsed_s": time.monotonic() - t_start}

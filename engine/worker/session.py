@@ -15,11 +15,14 @@ from llama_cpp import Llama
 
 from engine import protocol as p
 from engine.hardware import physical_cores
+from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack
 from engine.models.gguf_file import inspect_gguf
 from engine.worker.chat_prompt import ChatPrompt
+from engine.worker.decoders import Decoder, EagleDecoder, VanillaDecoder
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
+MODES = ("auto", "vanilla", "eagle")
 
 
 class LoadError(Exception):
@@ -36,8 +39,8 @@ class Session:
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
         placement = load.placement
         self.n_threads = placement.n_threads or physical_cores()
-        if load.mode != "vanilla":
-            raise LoadError("bad_settings", f"acceleration mode {load.mode!r} is not available in this build; use 'vanilla'")
+        if load.mode not in MODES:
+            raise LoadError("bad_settings", f"unknown acceleration mode {load.mode!r}; choose one of {', '.join(MODES)}")
         try:
             self.llm = Llama(
                 model_path=str(Path(load.model_path)),
@@ -54,8 +57,8 @@ class Session:
                 f"llama.cpp could not load {Path(load.model_path).name} ({exc}). The file passed the GGUF checks, so "
                 "its architecture may be unsupported by this build, or memory ran out; try a smaller context length.",
             ) from exc
-        self.mode = load.mode
         self.info = info
+        self.mode, self.decoder = self._make_decoder(load)
         model = self.llm._model
         self._vocab = model.vocab
         bos_id, eos_id = model.token_bos(), model.token_eos()
@@ -79,7 +82,32 @@ class Session:
         )
         self._piece_buf = ctypes.create_string_buffer(256)
 
+    def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
+        """`auto` takes EAGLE when weights for this exact model are installed, else vanilla."""
+        if load.mode == "vanilla":
+            return "vanilla", VanillaDecoder(self.llm)
+        model_path = Path(load.model_path)
+        pack = find_pack(model_path)
+        head = pack.eagle_head if pack else None
+        if head is None:
+            if load.mode == "auto":
+                return "vanilla", VanillaDecoder(self.llm)
+            raise LoadError(
+                "no_acceleration",
+                f"No EAGLE head is installed for {model_path.name}. Train one with "
+                f"`specee train eagle --model {model_path}`, or use vanilla mode.",
+            )
+        try:
+            check_eagle_head(head, model_path)
+            n_draft = int(pack.manifest.get("eagle", {}).get("n_draft", 3)) if pack else 3
+            return "eagle", EagleDecoder(self.llm, head, n_draft, self.n_threads)
+        except AccelerationError as exc:
+            raise LoadError(exc.kind, str(exc)) from exc
+        except RuntimeError as exc:
+            raise LoadError("bad_head", f"the EAGLE head {head.name} could not be used: {exc}") from exc
+
     def close(self) -> None:
+        self.decoder.close()
         self.llm.close()
 
     def _tokenize(self, text: str) -> list[int]:
@@ -111,15 +139,14 @@ class Session:
                 )
             )
         tokens = fitted.tokens
-        cached = _common_prefix(self.llm._input_ids[: self.llm.n_tokens].tolist(), tokens)
-        cached = min(cached, len(tokens) - 1)  # llama_cpp re-evaluates at least one token
+        cached = self.decoder.cached_prefix(tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))
 
         stops = [st for st in s.stop if st]
         hold = max((len(st) for st in stops), default=1) - 1
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text, pending, out_tokens = "", "", []
-        finish = "length"
+        finish = "context_full"  # when the token stream ends on its own
         t_first = t_last = 0.0
         last_stats = 0.0
 
@@ -137,17 +164,11 @@ class Session:
                 ttft_ms=(now_first - t0) * 1000,
                 prefill_tok_s=prefill_n / max(now_first - t0, 1e-9),
                 decode_tok_s=decode,
-                n_ctx_used=self.llm.n_tokens,
+                n_ctx_used=self.decoder.kv_used(),
+                accel=self.decoder.accel_stats(),
             )
 
-        gen = self.llm.generate(
-            tokens,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            min_p=s.min_p,
-            temp=s.temperature,
-            repeat_penalty=s.repeat_penalty,
-        )
+        gen = self.decoder.stream(tokens, s)
         for tok in gen:
             now = time.perf_counter()
             if not t_first:
@@ -174,9 +195,6 @@ class Session:
             if len(out_tokens) >= s.max_tokens:
                 finish = "length"
                 break
-            if self.llm.n_tokens + 1 >= n_ctx:
-                finish = "context_full"
-                break
         gen.close()
         pending += decoder.decode(b"", final=True)  # after a stop-string hit, pending is already empty
         if pending:
@@ -184,15 +202,6 @@ class Session:
             emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens))
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _split_stop(pending: str, stops: list[str], hold: int) -> tuple[str, str, bool]:

@@ -1,0 +1,95 @@
+"""Trained acceleration weights (EAGLE heads, later SpecEE predictors) and which model they belong to.
+
+Shipped weights live in resources/acceleration/<name>/ with a manifest.json naming the target
+model's sha256; user-trained ones in <data dir>/acceleration/. A model gets the weights whose
+manifest names its exact sha256: a head trained for another model is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.atomic import write_text_atomic
+from engine.hashing import sha256_file
+from engine.models.gguf_file import ModelFileError, inspect_gguf
+from engine.models.registry import ModelRegistry
+from engine.paths import RESOURCES_DIR, cache_dir, data_dir
+
+TARGET_SHA_KEY = "specee.target_sha256"
+
+
+class AccelerationError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class AccelerationPack:
+    folder: Path
+    manifest: dict
+
+    @property
+    def eagle_head(self) -> Path | None:
+        name = self.manifest.get("eagle", {}).get("file")
+        return self.folder / name if name else None
+
+
+def search_dirs() -> list[Path]:
+    """Shipped weights (SPECEE_SHIPPED_ACCEL_DIR overrides: installers, tests), then user-trained."""
+    shipped = os.environ.get("SPECEE_SHIPPED_ACCEL_DIR") or RESOURCES_DIR / "acceleration"
+    return [Path(shipped), data_dir() / "acceleration"]
+
+
+def model_sha256(path: Path) -> str:
+    """The registry's verified hash when the file is registered, else computed once and cached
+    by (path, size, mtime)."""
+    path = path.resolve()
+    st = path.stat()
+    for record in ModelRegistry().all():
+        if Path(record.path).resolve() == path and record.size == st.st_size:
+            return record.sha256
+    cache_file = cache_dir() / "sha256-cache.json"
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        cache = {}
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    if key not in cache:
+        cache[key] = sha256_file(path)
+        write_text_atomic(cache_file, json.dumps(cache))
+    return cache[key]
+
+
+def find_pack(model_path: Path) -> AccelerationPack | None:
+    sha = model_sha256(model_path)
+    for root in search_dirs():
+        for manifest_path in sorted(root.glob("*/manifest.json")):
+            try:
+                manifest = json.loads(manifest_path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if manifest.get("target_sha256") == sha:
+                return AccelerationPack(manifest_path.parent, manifest)
+    return None
+
+
+def check_eagle_head(head: Path, model_path: Path) -> None:
+    """Refuse, with a clear message, a head that is damaged or was trained for another model."""
+    try:
+        info = inspect_gguf(head)
+    except ModelFileError as exc:
+        raise AccelerationError("bad_head", f"EAGLE head {head.name}: {exc}") from None
+    if info.architecture != "eagle3":
+        raise AccelerationError("bad_head", f"{head.name} is not an EAGLE-3 head (architecture {info.architecture!r}).")
+    want = model_sha256(model_path)
+    got = info.metadata.get(TARGET_SHA_KEY)
+    if got != want:
+        raise AccelerationError(
+            "wrong_head",
+            f"{head.name} was trained for another model (sha256 {str(got)[:12]}…), not {model_path.name} "
+            f"({want[:12]}…). Train a head for this model with `specee train eagle --model {model_path}`.",
+        )

@@ -1,0 +1,94 @@
+"""`specee train eagle`: teacher data -> training -> GGUF export -> evaluation -> manifest, for any
+llama-architecture GGUF. Every stage is resumable: data shards and checkpoints are kept in --work."""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from engine.atomic import write_text_atomic
+from engine.bench.prompts import DEV_PROMPTS, load_prompts
+from engine.models.acceleration import model_sha256
+from engine.models.gguf_file import inspect_gguf
+from engine.paths import RESOURCES_DIR, cache_dir
+from engine.train.dataset import generate_dataset
+from engine.train.eagle_export import export_head
+from engine.train.eagle_train import evaluate, load_sequences, train_head
+
+TRAIN_PROMPTS = RESOURCES_DIR / "prompts" / "train.jsonl"
+
+
+def train_eagle(
+    model: Path,
+    out: Path,
+    prompts_file: Path = TRAIN_PROMPTS,
+    n_prompts: int = 0,
+    eval_prompts: int = 40,
+    max_new: int = 96,
+    epochs: int = 6,
+    draft_vocab: int = 4096,
+    steps: int = 3,
+    work: Path | None = None,
+    time_budget_s: float = 0.0,
+) -> dict:
+    info = inspect_gguf(model)
+    if info.architecture != "llama":
+        raise SystemExit(f"{model.name} is a {info.architecture!r} model; EAGLE training supports llama-architecture GGUFs")
+    sha = model_sha256(model)
+    work = work or cache_dir() / "train" / sha[:16]
+    t0 = time.monotonic()
+    prompts = load_prompts(prompts_file)
+    random.Random(0).shuffle(prompts)
+    if n_prompts:
+        prompts = prompts[:n_prompts]
+    generate_dataset(str(model), prompts, work / "train-data", max_new=max_new)
+    dev = load_prompts(DEV_PROMPTS)[:eval_prompts] if eval_prompts else []
+    if dev:
+        generate_dataset(str(model), dev, work / "dev-data", max_new=max_new)
+    t_data = time.monotonic() - t0
+    result = train_head(
+        str(model), work / "train-data", work / "head", eval_dir=None, epochs=epochs, draft_vocab=draft_vocab,
+        steps=steps, time_budget_s=time_budget_s,
+    )  # fmt: skip
+    head = result["head"]
+    metrics: dict = {}
+    if dev:
+        t2d = torch.full((info_vocab(head),), -1, dtype=torch.long)
+        t2d[head.d2t] = torch.arange(len(head.d2t))
+        metrics = evaluate(head, load_sequences(work / "dev-data"), steps, t2d)
+    command = "specee " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
+    manifest = {
+        "target_model": model.name,
+        "target_sha256": sha,
+        "eagle": {
+            "file": out.name,
+            "n_draft": steps,
+            "draft_vocab": head.cfg.draft_vocab,
+            "draft_vocab_coverage": round(result["coverage"], 4),
+            "layers": list(head.cfg.layers),
+            "train_tokens": result["train_tokens"],
+            "train_sequences": result["train_seqs"],
+            "epochs": len(result["history"]),
+            "data_wall_s": round(t_data, 1),
+            "train_wall_s": round(result["wall_s"], 1),
+            "dev_eval": {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},
+            "history": result["history"],
+            "command": command,
+        },
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    export_head(
+        head, str(model), sha, out, training_json=json.dumps({k: v for k, v in manifest["eagle"].items() if k != "history"})
+    )
+    write_text_atomic(out.parent / "manifest.json", json.dumps(manifest, indent=1))
+    return manifest
+
+
+def info_vocab(head) -> int:  # type: ignore[no-untyped-def]
+    return int(head.embed.shape[0])

@@ -1,0 +1,129 @@
+"""The EAGLE trainer end to end on a tiny budget, and the lossless `eagle` mode it enables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine import protocol as p
+from engine.client import WorkerClient, WorkerError
+
+torch = pytest.importorskip("torch", reason="the trainer needs the `train` extra: pip install -e '.[train]'")
+
+from engine.train.pipeline import train_eagle  # noqa: E402
+
+QUESTIONS = [
+    "Explain what a rainbow is in two sentences.",
+    "Write a short poem about a lighthouse.",
+    "List three uses of a paperclip.",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_head(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A head trained in seconds on a few hundred teacher tokens (useless drafts, valid format)."""
+    root = tmp_path_factory.mktemp("tiny-head")
+    out = root / "acceleration" / "tiny" / "eagle.gguf"
+    train_eagle(model_path, out, n_prompts=4, eval_prompts=2, max_new=24, epochs=1, draft_vocab=512, steps=3, work=root / "work")
+    return out
+
+
+def test_trainer_writes_a_head_and_manifest(tiny_head: Path, model_path: Path) -> None:
+    from engine.models.acceleration import check_eagle_head
+    from engine.models.gguf_file import inspect_gguf
+
+    info = inspect_gguf(tiny_head)
+    assert info.architecture == "eagle3"
+    assert info.metadata["eagle3.target_layers"] is not None
+    check_eagle_head(tiny_head, model_path)  # bound to this exact model
+    manifest = json.loads((tiny_head.parent / "manifest.json").read_text())
+    ev = manifest["eagle"]["dev_eval"]
+    assert manifest["eagle"]["train_tokens"] > 100 and 0.0 <= ev["top1"] <= ev["top4"] <= 1.0
+    assert not list(tiny_head.parent.glob("*.part"))
+
+
+@pytest.fixture
+def no_shipped_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only weights the test installs itself are visible (here and in worker processes)."""
+    monkeypatch.setenv("SPECEE_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
+
+
+def _install(head: Path, data_dir: Path) -> None:
+    dest = data_dir / "acceleration" / "tiny"
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in head.parent.iterdir():
+        shutil.copy(f, dest / f.name)
+
+
+def _answers(client: WorkerClient, sampling: p.Sampling) -> list[tuple[list[int], dict]]:
+    out = []
+    for q in QUESTIONS:
+        events = list(client.stream([{"role": "user", "content": q}], sampling))
+        stats = [e for e in events if isinstance(e, p.Stats)][-1]
+        out.append((events[-1].tokens, stats.accel))
+    return out
+
+
+def test_eagle_mode_is_lossless_even_with_a_weak_head(
+    tiny_head: Path, model_path: Path, isolated_data: Path, no_shipped_weights: None
+) -> None:
+    _install(tiny_head, isolated_data)
+    with WorkerClient() as vanilla, WorkerClient() as eagle:
+        vanilla.load(model_path, p.Placement(n_ctx=1024), mode="vanilla")
+        assert eagle.load(model_path, p.Placement(n_ctx=1024), mode="eagle").mode == "eagle"
+        greedy = p.Sampling.greedy(48)
+        for (v_tokens, _), (e_tokens, accel) in zip(_answers(vanilla, greedy), _answers(eagle, greedy), strict=True):
+            assert e_tokens == v_tokens
+            assert accel["acceptance_length"] >= 1.0 and accel["drafted"] > 0
+        # sampling with a seed is reproducible in eagle mode too, and multi-turn reuse works
+        hot = p.Sampling(temperature=0.9, seed=7, max_tokens=24)
+        assert _answers(eagle, hot)[0][0] == _answers(eagle, hot)[0][0]
+        history = [{"role": "user", "content": QUESTIONS[0]}]
+        first = list(eagle.stream(history, greedy))[-1]
+        history += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Now in French."}]
+        v2 = list(vanilla.stream(history, greedy))[-1]
+        e2 = list(eagle.stream(history, greedy))[-1]
+        assert e2.tokens == v2.tokens
+
+
+def test_a_head_for_another_model_is_refused(
+    tiny_head: Path, copied_model: Path, isolated_data: Path, no_shipped_weights: None
+) -> None:
+    # a different file (one changed byte in its name metadata is enough for another sha256)
+    data = bytearray(copied_model.read_bytes())
+    idx = data.find(b"Smollm2 135M")
+    data[idx] = ord("X")
+    copied_model.write_bytes(bytes(data))
+    dest = isolated_data / "acceleration" / "other"
+    dest.mkdir(parents=True)
+    shutil.copy(tiny_head, dest / "eagle.gguf")
+    manifest = json.loads((tiny_head.parent / "manifest.json").read_text())
+    from engine.models.acceleration import model_sha256
+
+    manifest["target_sha256"] = model_sha256(copied_model)  # the pack claims the other model ...
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    with WorkerClient() as client, pytest.raises(WorkerError) as err:
+        client.load(copied_model, mode="eagle")  # ... but the head itself names its real target
+    assert err.value.kind == "wrong_head" and "trained for another model" in str(err.value)
+
+
+def test_a_truncated_head_is_refused(tiny_head: Path, model_path: Path, isolated_data: Path, no_shipped_weights: None) -> None:
+    dest = isolated_data / "acceleration" / "tiny"
+    dest.mkdir(parents=True)
+    shutil.copy(tiny_head.parent / "manifest.json", dest / "manifest.json")
+    (dest / "eagle.gguf").write_bytes(tiny_head.read_bytes()[: tiny_head.stat().st_size // 2])
+    with WorkerClient() as client:
+        with pytest.raises(WorkerError) as err:
+            client.load(model_path, mode="eagle")
+        assert err.value.kind == "bad_head" and "truncated" in str(err.value)
+
+
+def test_eagle_without_a_head_explains_how_to_get_one(model_path: Path, isolated_data: Path, no_shipped_weights: None) -> None:
+    with WorkerClient() as client:
+        with pytest.raises(WorkerError) as err:
+            client.load(model_path, mode="eagle")
+        assert err.value.kind == "no_acceleration" and "specee train eagle" in str(err.value)
+        assert client.load(model_path, mode="auto").mode == "vanilla"
