@@ -178,9 +178,14 @@ class WorkerClient:
                 raise WorkerError(msg.kind, msg.message)
 
     def load(
-        self, model_path: str | Path, placement: p.Placement | None = None, mode: str = "vanilla", timeout: float = 300.0
+        self,
+        model_path: str | Path,
+        placement: p.Placement | None = None,
+        mode: str = "vanilla",
+        timeout: float = 300.0,
+        n_draft: int = 0,
     ) -> p.Loaded:
-        self.send(p.Load(str(model_path), placement or p.Placement(), mode))
+        self.send(p.Load(str(model_path), placement or p.Placement(), mode, n_draft))
         loaded = self.wait_for(p.Loaded, timeout=timeout)
         assert isinstance(loaded, p.Loaded)
         return loaded

@@ -106,6 +106,7 @@ class Load(Message):
     model_path: str = ""
     placement: Placement = field(default_factory=Placement)
     mode: str = "vanilla"
+    n_draft: int = 0  # eagle chain length; 0 = the head's trained default
 
 
 @dataclass
@@ -156,6 +157,7 @@ class Loaded(Message):
     n_ctx_train: int = 0
     n_threads: int = 0
     mode: str = "vanilla"
+    mode_reason: str = ""  # why `auto` chose this mode, measured on this machine
     load_ms: float = 0.0
 
 

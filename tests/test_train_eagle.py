@@ -127,3 +127,18 @@ def test_eagle_without_a_head_explains_how_to_get_one(model_path: Path, isolated
             client.load(model_path, mode="eagle")
         assert err.value.kind == "no_acceleration" and "specee train eagle" in str(err.value)
         assert client.load(model_path, mode="auto").mode == "vanilla"
+
+
+def test_auto_measures_both_modes_once_and_explains_its_choice(
+    tiny_head: Path, model_path: Path, isolated_data: Path, no_shipped_weights: None
+) -> None:
+    _install(tiny_head, isolated_data)
+    with WorkerClient() as client:
+        loaded = client.load(model_path, p.Placement(n_ctx=1024), mode="auto")
+        assert loaded.mode_reason.startswith("auto: measured here eagle")
+        # a head that accepts almost nothing cannot beat one token per pass
+        assert loaded.mode == "vanilla" and loaded.mode_reason.endswith("using vanilla")
+        again = client.load(model_path, p.Placement(n_ctx=1024), mode="auto")
+        assert again.mode_reason == loaded.mode_reason and again.load_ms < loaded.load_ms  # cached decision
+        done = list(client.stream([{"role": "user", "content": QUESTIONS[0]}], p.Sampling.greedy(8)))[-1]
+        assert done.n_generated == 8

@@ -94,9 +94,11 @@ def run_bench(
                 raise SystemExit("mode 'upstream' needs --upstream-python (make upstream builds .venv-upstream)")
             client = WorkerClient(python=python)
             ready = client.start()
-            client.load(model_path, p.Placement(n_ctx=n_ctx, n_threads=n_threads), mode="vanilla" if mode == UPSTREAM else mode)
+            # "eagle:2" = eagle with a 2-token draft chain
+            worker_mode, _, n_draft = ("vanilla" if mode == UPSTREAM else mode).partition(":")
+            client.load(model_path, p.Placement(n_ctx=n_ctx, n_threads=n_threads), mode=worker_mode, n_draft=int(n_draft or 0))
             clients[mode], reports[mode] = client, ModeReport(mode, ready.native)
-            if mode == "eagle":
+            if mode.startswith("eagle"):
                 pack = find_pack(Path(model_path))
                 reports[mode].head_eval = pack.manifest.get("eagle", {}).get("dev_eval", {}) if pack else {}
         sampling = p.Sampling.greedy(max_tokens)

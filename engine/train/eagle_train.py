@@ -165,7 +165,7 @@ def train_head(
     draft_vocab: int = 4096,
     steps: int = 3,
     lr: float = 1e-3,
-    max_tokens: int = 2048,
+    max_tokens: int = 1024,
     seed: int = 0,
     time_budget_s: float = 0.0,
 ) -> dict:

@@ -20,6 +20,7 @@ class Decoder(Protocol):
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]: ...
     def kv_used(self) -> int: ...
     def accel_stats(self) -> dict[str, float]: ...
+    def forget(self) -> None: ...  # drop the KV prefix bookkeeping (another decoder used the context)
     def close(self) -> None: ...
 
 
@@ -67,6 +68,10 @@ class VanillaDecoder:
 
     def accel_stats(self) -> dict[str, float]:
         return {}
+
+    def forget(self) -> None:
+        self.llm.reset()
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.llm._ctx.ctx), True)
 
     def close(self) -> None:
         pass
@@ -120,6 +125,9 @@ class EagleDecoder:
 
     def kv_used(self) -> int:
         return len(self._kv)
+
+    def forget(self) -> None:
+        self._kv = []
 
     def accel_stats(self) -> dict[str, float]:
         st = self._stats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import json
 import random
 import threading
 import time
@@ -14,14 +15,19 @@ import llama_cpp
 from llama_cpp import Llama
 
 from engine import protocol as p
+from engine.atomic import write_text_atomic
+from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
-from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack
+from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.gguf_file import inspect_gguf
+from engine.paths import cache_dir
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import Decoder, EagleDecoder, VanillaDecoder
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
+CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
+CALIBRATION_TOKENS = 48
 MODES = ("auto", "vanilla", "eagle")
 
 
@@ -39,6 +45,8 @@ class Session:
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
         placement = load.placement
         self.n_threads = placement.n_threads or physical_cores()
+        if not 0 <= load.n_draft <= 16:
+            raise LoadError("bad_settings", f"draft chain length must be 0 (the head's default) to 16, got {load.n_draft}")
         if load.mode not in MODES:
             raise LoadError("bad_settings", f"unknown acceleration mode {load.mode!r}; choose one of {', '.join(MODES)}")
         try:
@@ -58,7 +66,6 @@ class Session:
                 "its architecture may be unsupported by this build, or memory ran out; try a smaller context length.",
             ) from exc
         self.info = info
-        self.mode, self.decoder = self._make_decoder(load)
         model = self.llm._model
         self._vocab = model.vocab
         bos_id, eos_id = model.token_bos(), model.token_eos()
@@ -67,6 +74,9 @@ class Session:
         self._add_bos = model.add_bos_token() and bos_id >= 0
         self._bos_text = bos
         self.prompt = ChatPrompt(info.chat_template, bos, eos, self._tokenize)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.mode_reason = ""
+        self.mode, self.decoder = self._make_decoder(load)
         self.loaded = p.Loaded(
             model_path=str(load.model_path),
             name=info.name,
@@ -78,9 +88,9 @@ class Session:
             n_ctx_train=model.n_ctx_train(),
             n_threads=self.n_threads,
             mode=self.mode,
+            mode_reason=self.mode_reason,
             load_ms=(time.perf_counter() - start) * 1000,
         )
-        self._piece_buf = ctypes.create_string_buffer(256)
 
     def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
         """`auto` takes EAGLE when weights for this exact model are installed, else vanilla."""
@@ -99,12 +109,63 @@ class Session:
             )
         try:
             check_eagle_head(head, model_path)
-            n_draft = int(pack.manifest.get("eagle", {}).get("n_draft", 3)) if pack else 3
-            return "eagle", EagleDecoder(self.llm, head, n_draft, self.n_threads)
+            n_draft = load.n_draft or (int(pack.manifest.get("eagle", {}).get("n_draft", 3)) if pack else 3)
+            eagle = EagleDecoder(self.llm, head, n_draft, self.n_threads)
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:
             raise LoadError("bad_head", f"the EAGLE head {head.name} could not be used: {exc}") from exc
+        if load.mode == "eagle":
+            return "eagle", eagle
+        choice = self._auto_choice(model_path, head, eagle)
+        if choice["mode"] == "eagle":
+            return "eagle", eagle
+        eagle.close()
+        return "vanilla", VanillaDecoder(self.llm)
+
+    def _auto_choice(self, model_path: Path, head: Path, eagle: EagleDecoder) -> dict:
+        """Speculation pays only where a verify batch is cheap relative to one token (GPUs, larger
+        models); on small CPUs it can lose. Measure both once per machine, model, head and threads."""
+        hw = detect_hardware()
+        st = head.stat()
+        key = f"{model_sha256(model_path)}|{head.name}|{st.st_size}|{st.st_mtime_ns}|{hw.cpu_model}|{self.n_threads}"
+        cache_file = cache_dir() / "auto-mode.json"
+        try:
+            cache = json.loads(cache_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            cache = {}
+        if key not in cache:
+            speeds = self._calibrate({"vanilla": VanillaDecoder(self.llm), "eagle": eagle})
+            mode = "eagle" if speeds["eagle"] > speeds["vanilla"] * 1.03 else "vanilla"
+            cache[key] = {"mode": mode, **speeds}
+            write_text_atomic(cache_file, json.dumps(cache, indent=1))
+        c = cache[key]
+        self.mode_reason = (
+            f"auto: measured here eagle {c['eagle']:.0f} tok/s vs vanilla {c['vanilla']:.0f} tok/s "
+            f"({c['eagle'] / max(c['vanilla'], 1e-9):.2f}x); using {c['mode']}"
+        )
+        return c
+
+    def _calibrate(self, decoders: dict[str, Decoder]) -> dict[str, float]:
+        budget = self.llm.n_ctx() // 2
+        prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
+        totals = {name: [0, 0.0] for name in decoders}
+        for tokens in prompts:  # interleaved, so drift hits both alike
+            for name, dec in decoders.items():
+                n, t_first = 0, 0.0
+                stream = dec.stream(tokens, p.Sampling.greedy(CALIBRATION_TOKENS))
+                for _tok in stream:
+                    n += 1
+                    if n == 1:
+                        t_first = time.perf_counter()
+                    if n >= CALIBRATION_TOKENS:
+                        break
+                stream.close()
+                totals[name][0] += n - 1
+                totals[name][1] += time.perf_counter() - t_first
+        for dec in decoders.values():
+            dec.forget()
+        return {name: n / max(t, 1e-9) for name, (n, t) in totals.items()}
 
     def close(self) -> None:
         self.decoder.close()
