@@ -15,6 +15,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary user files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

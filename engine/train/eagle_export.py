@@ -52,25 +52,25 @@ def export_head(head: EagleHead, target_path: str, target_sha256: str, out: Path
         else:
             w.add_key_value(key, field.contents(), vtype)
 
-    def t(x) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return x.detach().cpu().float().numpy()
-
-    def mat(x) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return t(x).astype(np.float16)  # matrices in F16, norms stay F32
-
-    w.add_tensor("fc.weight", mat(head.fc.weight))
-    w.add_tensor("blk.0.attn_norm.weight", t(head.attn_norm.weight))
-    w.add_tensor("blk.0.attn_norm_2.weight", t(head.attn_norm_2.weight))
-    w.add_tensor("blk.0.attn_q.weight", mat(head.wq.weight))
-    w.add_tensor("blk.0.attn_k.weight", mat(head.wk.weight))
-    w.add_tensor("blk.0.attn_v.weight", mat(head.wv.weight))
-    w.add_tensor("blk.0.attn_output.weight", mat(head.wo.weight))
-    w.add_tensor("blk.0.ffn_norm.weight", t(head.ffn_norm.weight))
-    w.add_tensor("blk.0.ffn_gate.weight", mat(head.gate.weight))
-    w.add_tensor("blk.0.ffn_up.weight", mat(head.up.weight))
-    w.add_tensor("blk.0.ffn_down.weight", mat(head.down.weight))
-    w.add_tensor("output_norm.weight", t(head.output_norm.weight))
-    w.add_tensor("output.weight", mat(head.lm_head.weight))
+    # (GGUF name, weight, is a matrix): matrices in F16, norms stay F32
+    tensors = [
+        ("fc.weight", head.fc.weight, True),
+        ("blk.0.attn_norm.weight", head.attn_norm.weight, False),
+        ("blk.0.attn_norm_2.weight", head.attn_norm_2.weight, False),
+        ("blk.0.attn_q.weight", head.wq.weight, True),
+        ("blk.0.attn_k.weight", head.wk.weight, True),
+        ("blk.0.attn_v.weight", head.wv.weight, True),
+        ("blk.0.attn_output.weight", head.wo.weight, True),
+        ("blk.0.ffn_norm.weight", head.ffn_norm.weight, False),
+        ("blk.0.ffn_gate.weight", head.gate.weight, True),
+        ("blk.0.ffn_up.weight", head.up.weight, True),
+        ("blk.0.ffn_down.weight", head.down.weight, True),
+        ("output_norm.weight", head.output_norm.weight, False),
+        ("output.weight", head.lm_head.weight, True),
+    ]
+    for name, weight, is_matrix in tensors:
+        array = weight.detach().cpu().float().numpy()
+        w.add_tensor(name, array.astype(np.float16) if is_matrix else array)
     w.add_tensor("d2t", head.d2t.cpu().numpy().astype(np.int64), raw_dtype=GGMLQuantizationType.I64)
     w.write_header_to_file()
     w.write_kv_data_to_file()

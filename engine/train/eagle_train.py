@@ -21,6 +21,7 @@ from engine.train.dataset import iter_shards, read_manifest
 from engine.train.eagle_head import EagleHead, HeadConfig
 
 STEP_WEIGHT = 0.8  # loss weight decays per unrolled step, as in EAGLE-3
+PROMPT_ROW_WEIGHT = 0.2
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Batch:
     tokens: torch.Tensor  # [B, L] long
     top: torch.Tensor  # [B, L, 4] long: target top-4 next tokens at each position
     valid: torch.Tensor  # [B, L] bool
+    n_prompt: torch.Tensor  # [B] long: prompt length; later positions are the target's own answer
 
 
 def target_tensors(model_path: str) -> dict[str, np.ndarray]:
@@ -42,19 +44,19 @@ def target_tensors(model_path: str) -> dict[str, np.ndarray]:
     return out
 
 
-def load_sequences(folder: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def load_sequences(folder: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     seqs = []
     for shard in iter_shards(folder):
-        for start, length, _n_prompt in shard.seqs:
+        for start, length, n_prompt in shard.seqs:
             sl = slice(int(start), int(start + length))
-            seqs.append((np.asarray(shard.features[sl]), np.asarray(shard.tokens[sl]), np.asarray(shard.top[sl])))
+            seqs.append((np.asarray(shard.features[sl]), np.asarray(shard.tokens[sl]), np.asarray(shard.top[sl]), int(n_prompt)))
     return seqs
 
 
 def choose_draft_vocab(seqs: list, size: int, n_vocab: int) -> tuple[np.ndarray, float]:
     """The `size` target tokens the target predicts most often (absolute ids, sorted) and their coverage."""
     counts = np.zeros(n_vocab, dtype=np.int64)
-    for _f, _t, top in seqs:
+    for _f, _t, top, _n in seqs:
         np.add.at(counts, top[:, 0], 1)
     ids = np.sort(np.argsort(-counts, kind="stable")[:size])
     return ids, float(counts[ids].sum() / max(1, counts.sum()))
@@ -84,35 +86,41 @@ def collate(seqs: list, idx: list[int]) -> Batch:
     toks = torch.zeros(b, n, dtype=torch.long)
     top = torch.zeros(b, n, 4, dtype=torch.long)
     valid = torch.zeros(b, n, dtype=torch.bool)
+    n_prompt = torch.tensor([seqs[i][3] for i in idx], dtype=torch.long)
     for r, i in enumerate(idx):
-        f, t, tp = seqs[i]
+        f, t, tp, _ = seqs[i]
         m = len(t)
         feats[r, :m] = torch.from_numpy(f.reshape(m, -1).astype(np.float32))
         toks[r, :m] = torch.from_numpy(t.astype(np.int64))
         top[r, :m] = torch.from_numpy(tp.astype(np.int64))
         valid[r, :m] = True
-    return Batch(feats, toks, top, valid)
+    return Batch(feats, toks, top, valid, n_prompt)
 
 
-def step_targets(batch: Batch, step: int, t2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Labels for unrolled step k at row P: the target's top-1 after position P+k, and the mask of
-    rows where that exists (inside the sequence)."""
+def step_targets(batch: Batch, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Labels for unrolled step k at row P: the target's top-1 after position P+k; the rows where
+    that exists (inside the sequence); and the rows that predict answer tokens (what decoding
+    needs: the prediction after the last prompt position onwards)."""
     lengths = batch.valid.sum(1, keepdim=True)
     pos = torch.arange(batch.valid.shape[1]).expand_as(batch.valid)
     ok = pos + step < lengths
+    answer = ok & (pos + step >= batch.n_prompt[:, None] - 1)
     target = torch.roll(batch.top[..., 0], -step, dims=1)
-    return target, ok
+    return target, ok, answer
 
 
 def loss_fn(outs: list[torch.Tensor], batch: Batch, t2d: torch.Tensor) -> torch.Tensor:
     total, norm = torch.zeros(()), 0.0
     for k, logits in enumerate(outs, start=1):
-        target, ok = step_targets(batch, k, t2d)
+        target, ok, answer = step_targets(batch, k)
         d = t2d[target]
         mask = ok & (d >= 0)
         if mask.any():
             w = STEP_WEIGHT ** (k - 1)
-            total = total + w * F.cross_entropy(logits[mask], d[mask])
+            # Prompt rows teach context but decoding only ever drafts answer tokens.
+            row_w = torch.where(answer, 1.0, PROMPT_ROW_WEIGHT)[mask]
+            ce = F.cross_entropy(logits[mask], d[mask], reduction="none")
+            total = total + w * (ce * row_w).sum() / row_w.sum()
             norm += w
     return total / max(norm, 1e-9)
 
@@ -130,7 +138,7 @@ def evaluate(head: EagleHead, seqs: list, steps: int, t2d: torch.Tensor, max_tok
         outs = head.unrolled(batch.features, batch.tokens, batch.valid, steps)
         correct = []
         for k, logits in enumerate(outs, start=1):
-            target, ok = step_targets(batch, k, t2d)
+            target, _, ok = step_targets(batch, k)  # answer rows: what decoding drafts
             top4 = d2t[logits.topk(4, dim=-1).indices]  # [B, L, 4] target ids
             hit1 = top4[..., 0] == target
             if k == 1:
@@ -205,6 +213,7 @@ def train_head(
         start_epoch, history, elapsed = ckpt["epoch"], ckpt["history"], ckpt.get("elapsed", 0.0)
         print(f"resumed from {ckpt_path} at epoch {start_epoch}")
     rng = random.Random(seed)
+    best_score, best_state, best_epoch = -1.0, None, 0
     total_batches = epochs * len(make_batches(seqs, max_tokens, random.Random(0)))
     done_batches = start_epoch * len(make_batches(seqs, max_tokens, random.Random(0)))
     t_start = time.monotonic() - elapsed
@@ -229,6 +238,10 @@ def train_head(
         if eval_seqs:
             entry["eval"] = evaluate(head, eval_seqs, steps, t2d)
             print(json.dumps(entry))
+            if entry["eval"]["accepted_per_step"] > best_score:  # early stopping: the head overfits small data
+                best_score = entry["eval"]["accepted_per_step"]
+                best_state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+                best_epoch = epoch + 1
         history.append(entry)
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch + 1, "history": history,
@@ -237,7 +250,10 @@ def train_head(
         if time_budget_s and time.monotonic() - t_start > time_budget_s:
             print(f"time budget of {time_budget_s:.0f}s reached after epoch {epoch + 1}")
             break
+    if best_state is not None:
+        head.load_state_dict(best_state)
     return {
+        "best_epoch": best_epoch,
         "head": head,
         "cfg": cfg,
         "coverage": coverage,

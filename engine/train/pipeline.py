@@ -53,9 +53,15 @@ def train_eagle(
         generate_dataset(str(model), dev, work / "dev-data", max_new=max_new)
     t_data = time.monotonic() - t0
     result = train_head(
-        str(model), work / "train-data", work / "head", eval_dir=None, epochs=epochs, draft_vocab=draft_vocab,
-        steps=steps, time_budget_s=time_budget_s,
-    )  # fmt: skip
+        str(model),
+        work / "train-data",
+        work / "head",
+        eval_dir=work / "dev-data" if dev else None,
+        epochs=epochs,
+        draft_vocab=draft_vocab,
+        steps=steps,
+        time_budget_s=time_budget_s,
+    )
     head = result["head"]
     metrics: dict = {}
     if dev:
@@ -75,6 +81,7 @@ def train_eagle(
             "train_tokens": result["train_tokens"],
             "train_sequences": result["train_seqs"],
             "epochs": len(result["history"]),
+            "best_epoch": result["best_epoch"],
             "data_wall_s": round(t_data, 1),
             "train_wall_s": round(result["wall_s"], 1),
             "dev_eval": {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},

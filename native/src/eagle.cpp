@@ -37,6 +37,17 @@ llama_token argmax(const float * v, int32_t n) {
     return (llama_token) (std::max_element(v, v + n) - v);
 }
 
+// Sequence 0, consecutive positions from pos0; outputs for all rows or none.
+void set_rows(llama_batch & b, int32_t n, llama_pos pos0, bool outputs) {
+    for (int32_t i = 0; i < n; ++i) {
+        b.pos[i] = pos0 + i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = outputs ? 1 : 0;
+    }
+    b.n_tokens = n;
+}
+
 }  // namespace
 
 struct specee_eagle {
@@ -143,14 +154,7 @@ bool encode_features(specee_eagle * e, int32_t r0, int32_t n) {
     batch_guard b(llama_batch_init(n, w, 1));
     std::memcpy(b.b.embd, e->feats.data(), sizeof(float) * e->feats.size());
     // The encoder stores nothing, but its batch still passes the KV position-continuity check.
-    const llama_pos p0 = llama_memory_seq_pos_max(llama_get_memory(e->dft), 0) + 1;
-    for (int32_t r = 0; r < n; ++r) {
-        b.b.pos[r] = p0 + r;
-        b.b.n_seq_id[r] = 1;
-        b.b.seq_id[r][0] = 0;
-        b.b.logits[r] = 1;
-    }
-    b.b.n_tokens = n;
+    set_rows(b.b, n, llama_memory_seq_pos_max(llama_get_memory(e->dft), 0) + 1, true);
     if (llama_encode(e->dft, b.b) != 0) {
         g_error = "draft encoder failed";
         return false;
@@ -167,13 +171,7 @@ bool draft_decode(specee_eagle * e, const llama_token * tokens, const float * hi
     b.b.token = (llama_token *) malloc(sizeof(llama_token) * n);  // freed by llama_batch_free
     std::memcpy(b.b.token, tokens, sizeof(llama_token) * n);
     std::memcpy(b.b.embd, hidden, sizeof(float) * (size_t) n * e->n_embd_d);
-    for (int32_t i = 0; i < n; ++i) {
-        b.b.pos[i] = pos0 + i;
-        b.b.n_seq_id[i] = 1;
-        b.b.seq_id[i][0] = 0;
-        b.b.logits[i] = outputs ? 1 : 0;
-    }
-    b.b.n_tokens = n;
+    set_rows(b.b, n, pos0, outputs);
     if (llama_decode(e->dft, b.b) != 0) {
         g_error = "draft decode failed";
         return false;
@@ -212,14 +210,9 @@ llama_token specee_eagle_prefill(specee_eagle * e, const llama_token * tokens, i
         const int32_t n = std::min(e->n_batch, n_tokens - c0);
         const bool last = c0 + n == n_tokens;
         batch_guard b(llama_batch_init(n, 0, 1));
-        for (int32_t i = 0; i < n; ++i) {
-            b.b.token[i] = tokens[c0 + i];
-            b.b.pos[i] = c0 + i;
-            b.b.n_seq_id[i] = 1;
-            b.b.seq_id[i][0] = 0;
-            b.b.logits[i] = last && i == n - 1;
-        }
-        b.b.n_tokens = n;
+        std::copy(tokens + c0, tokens + c0 + n, b.b.token);
+        set_rows(b.b, n, c0, false);
+        b.b.logits[n - 1] = last;  // the target's lm_head only for the prompt's last token
         if (llama_decode(e->tgt, b.b) != 0) {
             g_error = "target decode failed during the prompt";
             return -1;
@@ -276,14 +269,9 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     const int32_t n = 1 + (int32_t) draft.size();
     {
         batch_guard b(llama_batch_init(n, 0, 1));
-        for (int32_t i = 0; i < n; ++i) {
-            b.b.token[i] = i == 0 ? e->id_last : draft[i - 1];
-            b.b.pos[i] = e->n_past + i;
-            b.b.n_seq_id[i] = 1;
-            b.b.seq_id[i][0] = 0;
-            b.b.logits[i] = 1;
-        }
-        b.b.n_tokens = n;
+        b.b.token[0] = e->id_last;
+        std::copy(draft.begin(), draft.end(), b.b.token + 1);
+        set_rows(b.b, n, e->n_past, true);
         if (llama_decode(e->tgt, b.b) != 0) {
             g_error = "target decode failed while verifying";
             return -1;
