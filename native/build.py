@@ -51,10 +51,6 @@ BASE_CMAKE_ARGS = [
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_BUILD_TOOLS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF",
-    # llamafile's sgemm sums in another order for batches than the single-token path, so a
-    # speculative verify batch drifted from vanilla decoding (97% token agreement, 4/12 dev answers
-    # identical); without it batched logits are bit-identical to one-token decodes (12/12).
-    "-DGGML_LLAMAFILE=OFF",
 ]
 
 
