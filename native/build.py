@@ -278,9 +278,16 @@ def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
     cmd = [
         sys.executable, "-m", "pip", "wheel", str(worktree), "--no-deps", "--no-build-isolation",
         "-w", str(out), "-v",
-        f"--config-settings=build-dir={root / f'cmake-{name}-{recipe.backend}'}",
+        f"--config-settings=build-dir={root / f'cmake-{name}-{recipe.backend}'}",  # persistent: incremental
         "--config-settings=cmake.build-type=Release",
     ]  # fmt: skip
+    # CMake keeps cached options when a flag is merely dropped from the command line: reconfigure
+    # from scratch whenever the flags differ from the last build in this tree.
+    build_dir = root / f"cmake-{name}-{recipe.backend}"
+    flags_file = build_dir / "specee-cmake-args.json"
+    flags = json.dumps(list(recipe.cmake_args))
+    if not flags_file.exists() or flags_file.read_text() != flags:
+        (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
     start = time.monotonic()
     with log_path.open("w") as log, tqdm(total=100, desc=f"compiling llama.cpp ({name})", unit="%") as bar:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -301,6 +308,8 @@ def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
             "install a C/C++ toolchain and cmake>=3.21 (Debian: apt install build-essential cmake), "
             "then run again; set SPECEE_BACKEND=cpu to rule out a GPU toolkit problem",
         )
+    build_dir.mkdir(parents=True, exist_ok=True)
+    flags_file.write_text(flags)
     wheels = list(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError("compile", f"expected one wheel in {out}, found {wheels}", "report this as a bug")
