@@ -58,3 +58,41 @@ def test_unknown_backend_is_an_actionable_error(monkeypatch) -> None:  # type: i
         assert "how to fix" in str(exc) and exc.step == "detect"
     else:
         raise AssertionError("expected BuildError")
+
+
+def test_small_batches_give_bit_identical_logits_to_one_token_decodes(model_path: Path) -> None:
+    """Patch 0002: a verify batch of a few tokens must compute exactly what one-token decoding
+    computes, or speculative decoding would drift from vanilla output."""
+    import numpy as np
+    from llama_cpp import Llama
+    from llama_cpp import llama_cpp as C
+
+    llm = Llama(str(model_path), n_ctx=512, n_threads=2, verbose=False)
+    ctx, mem = llm._ctx.ctx, C.llama_get_memory(llm._ctx.ctx)
+
+    def decode(tokens: list[int], pos0: int) -> np.ndarray:
+        b = C.llama_batch_init(len(tokens), 0, 1)
+        for i, t in enumerate(tokens):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, pos0 + i, 1, 1
+            b.seq_id[i][0] = 0
+        b.n_tokens = len(tokens)
+        assert C.llama_decode(ctx, b) == 0
+        out = np.ctypeslib.as_array(C.llama_get_logits(ctx), shape=(len(tokens), llm.n_vocab())).copy()
+        C.llama_batch_free(b)
+        return out
+
+    prompt = llm.tokenize(
+        b"<|im_start|>user\nName a fruit and describe its taste.<|im_end|>\n<|im_start|>assistant\n", special=True
+    )
+    C.llama_memory_clear(mem, True)
+    seq = [int(decode(prompt, 0)[-1].argmax())]
+    singles = []
+    for i in range(11):
+        row = decode([seq[-1]], len(prompt) + i)[0]
+        singles.append(row)
+        seq.append(int(row.argmax()))
+    C.llama_memory_clear(mem, True)
+    decode(prompt, 0)
+    batched = np.concatenate([decode(seq[i : i + 4], len(prompt) + i) for i in range(0, 12, 4)])
+    assert np.array_equal(batched[:11], np.stack(singles)), "verify batches must be bit-identical"
+    llm.close()
