@@ -65,7 +65,7 @@ def train_eagle(
     head = result["head"]
     metrics: dict = {}
     if dev:
-        t2d = torch.full((info_vocab(head),), -1, dtype=torch.long)
+        t2d = torch.full((head.embed.shape[0],), -1, dtype=torch.long)  # target vocab -> draft id
         t2d[head.d2t] = torch.arange(len(head.d2t))
         metrics = evaluate(head, load_sequences(work / "dev-data"), steps, t2d)
     command = "specee " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
@@ -95,7 +95,3 @@ def train_eagle(
     )
     write_text_atomic(out.parent / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
-
-
-def info_vocab(head) -> int:  # type: ignore[no-untyped-def]
-    return int(head.embed.shape[0])
