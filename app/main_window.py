@@ -130,7 +130,7 @@ class MainWindow(QMainWindow):
     def _load(self, path: str) -> None:
         self.model_path = path
         self.state_label.setText(f"Loading {Path(path).name}…")
-        self.bridge.send(p.Load(path, p.Placement()))
+        self.bridge.send(p.Load(path, p.Placement(), mode="auto"))
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.bridge.shutdown()
@@ -161,6 +161,7 @@ class MainWindow(QMainWindow):
         if isinstance(msg, p.Loaded):
             self.model_loaded = True
             self.state_label.setText(f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}")
+            self.state_label.setToolTip(msg.mode_reason or f"acceleration: {msg.mode}")
             self._set_busy(False)
         elif isinstance(msg, p.Token) and msg.request_id == self.request_id:
             self.answer += msg.text

@@ -33,11 +33,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     sampling.validate()
     history: list[dict[str, str]] = [{"role": "system", "content": args.system}] if args.system else []
     with WorkerClient() as client:
-        loaded = client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads))
+        loaded = client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads), mode=args.mode)
         print(
-            f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}) - Ctrl+C stops an answer, Ctrl+D quits.",
+            f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}, {loaded.mode}) - Ctrl+C stops an answer, Ctrl+D quits.",
             file=sys.stderr,
         )
+        if loaded.mode_reason:
+            print(f"[{loaded.mode_reason}]", file=sys.stderr)
         while True:
             try:
                 text = input("\n> ")
@@ -67,7 +69,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 print(f"\n[error] {exc}", file=sys.stderr)
                 if exc.kind == "worker_died":
                     client.start()
-                    client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads))
+                    client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads), mode=args.mode)
                 history.pop()
                 continue
             history.append({"role": "assistant", "content": answer})
@@ -187,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int, default=-1)
     chat.add_argument("--ctx", type=int, default=4096)
     chat.add_argument("--threads", type=int, default=0)
+    chat.add_argument("--mode", default="auto", choices=["auto", "vanilla", "eagle"], help="acceleration mode")
     chat.set_defaults(func=cmd_chat)
 
     bench = sub.add_parser("bench", help="measure decode/prefill speed per acceleration mode")
