@@ -17,6 +17,7 @@ from llama_cpp import llama_cpp as C
 
 from engine import native
 from engine.hardware import physical_cores
+from engine.models.gguf_file import inspect_gguf
 from engine.worker.chat_prompt import ChatPrompt
 
 
@@ -55,16 +56,7 @@ class Teacher:
             raise ValueError(f"need 3 feature layers in [0, {self.n_layer}), got {self.layers}")
         for lid in self.layers:
             self.lib.specee_capture_layer_input(self.llm._ctx.ctx, lid, True)
-        bos_id, eos_id = model.token_bos(), model.token_eos()
-        from engine.models.gguf_file import inspect_gguf
-
-        template = inspect_gguf(model_path).chat_template
-        self.prompt = ChatPrompt(
-            template,
-            model.token_get_text(bos_id) if bos_id >= 0 else "",
-            model.token_get_text(eos_id) if eos_id >= 0 else "",
-            lambda text: self.llm.tokenize(text.encode(), add_bos=False, special=True),
-        )
+        self.prompt = ChatPrompt.for_model(self.llm, inspect_gguf(model_path).chat_template)
 
     def answer(self, user_text: str, max_new: int) -> tuple[list[int], list[int]]:
         """(prompt tokens, greedy answer tokens): the same decoding the worker's vanilla mode does."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 # Used only when a GGUF carries no template: ChatML is what most small instruct models expect.
@@ -32,6 +33,22 @@ class ChatPrompt:
         self.has_template = bool(template)
         self._formatter = Jinja2ChatFormatter(template or CHATML_FALLBACK, eos_token=eos, bos_token=bos)
         self._tokenize = tokenize
+
+    @classmethod
+    def for_model(cls, llm: Llama, template: str | None) -> ChatPrompt:
+        """The model's template, special tokens and BOS rule: one definition for the worker and
+        the trainer, so teacher data sees exactly the prompts users send."""
+        model = llm._model
+        bos_id, eos_id = model.token_bos(), model.token_eos()
+        bos = model.token_get_text(bos_id) if bos_id >= 0 else ""
+        eos = model.token_get_text(eos_id) if eos_id >= 0 else ""
+        add_bos = model.add_bos_token() and bos_id >= 0
+
+        def tokenize(text: str) -> list[int]:
+            # a template that writes the BOS text itself must not get a second one
+            return llm.tokenize(text.encode("utf-8"), add_bos=add_bos and not (bos and text.startswith(bos)), special=True)
+
+        return cls(template, bos, eos, tokenize)
 
     def render(self, messages: list[dict[str, str]]) -> str:
         try:

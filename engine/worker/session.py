@@ -68,12 +68,7 @@ class Session:
         self.info = info
         model = self.llm._model
         self._vocab = model.vocab
-        bos_id, eos_id = model.token_bos(), model.token_eos()
-        bos = model.token_get_text(bos_id) if bos_id >= 0 else ""
-        eos = model.token_get_text(eos_id) if eos_id >= 0 else ""
-        self._add_bos = model.add_bos_token() and bos_id >= 0
-        self._bos_text = bos
-        self.prompt = ChatPrompt(info.chat_template, bos, eos, self._tokenize)
+        self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.mode_reason = ""
         self.mode, self.decoder = self._make_decoder(load)
@@ -170,10 +165,6 @@ class Session:
     def close(self) -> None:
         self.decoder.close()
         self.llm.close()
-
-    def _tokenize(self, text: str) -> list[int]:
-        add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
-        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
     def _piece(self, token: int) -> bytes:
         n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
