@@ -214,8 +214,8 @@ def train_head(
         print(f"resumed from {ckpt_path} at epoch {start_epoch}")
     rng = random.Random(seed)
     best_score, best_state, best_epoch = -1.0, None, 0
-    total_batches = epochs * len(make_batches(seqs, max_tokens, random.Random(0)))
-    done_batches = start_epoch * len(make_batches(seqs, max_tokens, random.Random(0)))
+    per_epoch = len(make_batches(seqs, max_tokens, random.Random(0)))
+    total_batches, done_batches = epochs * per_epoch, start_epoch * per_epoch
     t_start = time.monotonic() - elapsed
     for epoch in range(start_epoch, epochs):
         batches = make_batches(seqs, max_tokens, rng)
