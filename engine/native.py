@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 3
+EXPECTED_API_VERSION = 4
 
 
 class NativeBuildError(RuntimeError):

@@ -9,7 +9,7 @@
 // Draft KV convention (llama.cpp eagle3): the row at position P holds (token[P+1], g[P]), where g is
 // the head's fc() of the target's layer inputs at P. The newest row ("seed") pairs the last sampled
 // token with the g of the last position the target has decoded; its output is the first draft.
-#include "specee.h"
+#include "eagle-internal.h"
 
 #include "../llama-ext.h"
 
@@ -19,65 +19,26 @@
 #include <string>
 #include <vector>
 
-namespace {
+thread_local std::string specee_error_msg;  // declared in eagle-internal.h
 
-thread_local std::string g_error;
+using namespace specee;
+
+namespace {
 
 double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-struct batch_guard {
-    llama_batch b;
-    explicit batch_guard(llama_batch batch) : b(batch) {}
-    ~batch_guard() { llama_batch_free(b); }
-};
-
-llama_token argmax(const float * v, int32_t n) {
-    return (llama_token) (std::max_element(v, v + n) - v);
-}
-
-// Sequence 0, consecutive positions from pos0; outputs for all rows or none.
-void set_rows(llama_batch & b, int32_t n, llama_pos pos0, bool outputs) {
-    for (int32_t i = 0; i < n; ++i) {
-        b.pos[i] = pos0 + i;
-        b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = 0;
-        b.logits[i] = outputs ? 1 : 0;
-    }
-    b.n_tokens = n;
-}
-
 }  // namespace
 
-struct specee_eagle {
-    llama_context * tgt = nullptr;
-    llama_context * dft = nullptr;
-    int32_t n_embd_t = 0;  // target hidden size (one feature row)
-    int32_t n_embd_d = 0;  // head hidden size (g rows)
-    int32_t n_vocab = 0;
-    int32_t n_batch = 0;   // target batch limit
-    int32_t layers[3] = {0, 0, 0};
-    int32_t n_draft = 3;
-
-    int32_t n_past = 0;          // tokens in the target's KV cache
-    llama_token id_last = -1;    // sampled, not yet decoded by the target
-    llama_token first_draft = -1;  // the seed row's proposal
-    std::vector<float> first_h;    // and its pre-norm state, fed to the next chain step
-
-    std::vector<float> feats;  // encoder input rows [n x 3*n_embd_t]
-    std::vector<float> g;      // encoder output rows [n x n_embd_d]
-    specee_eagle_stats stats{};
-};
-
 const char * specee_last_error(void) {
-    return g_error.c_str();
+    return specee_error_msg.c_str();
 }
 
 specee_eagle * specee_eagle_init(llama_context * ctx_tgt, llama_model * draft, int32_t n_draft, int32_t n_threads) {
     const llama_model * tmodel = llama_get_model(ctx_tgt);
     if (llama_model_target_layer_ids_n(draft) != 3) {
-        g_error = "the draft model is not an EAGLE-3 head (it needs exactly 3 target layers)";
+        specee_error_msg = "the draft model is not an EAGLE-3 head (it needs exactly 3 target layers)";
         return nullptr;
     }
     auto * e = new specee_eagle();
@@ -91,13 +52,13 @@ specee_eagle * specee_eagle_init(llama_context * ctx_tgt, llama_model * draft, i
     for (int i = 0; i < 3; ++i) {
         e->layers[i] = ids[i];
         if (ids[i] < 0 || ids[i] >= llama_model_n_layer(tmodel)) {
-            g_error = "the head's target layers do not exist in this model";
+            specee_error_msg = "the head's target layers do not exist in this model";
             delete e;
             return nullptr;
         }
     }
     if (llama_vocab_n_tokens(llama_model_get_vocab(draft)) != e->n_vocab) {
-        g_error = "the head's vocabulary does not match the target model's";
+        specee_error_msg = "the head's vocabulary does not match the target model's";
         delete e;
         return nullptr;
     }
@@ -112,7 +73,7 @@ specee_eagle * specee_eagle_init(llama_context * ctx_tgt, llama_model * draft, i
     cp.ctx_other = ctx_tgt;  // the head borrows the target's token embedding
     e->dft = llama_init_from_model(draft, cp);
     if (e->dft == nullptr) {
-        g_error = "could not create the draft context";
+        specee_error_msg = "could not create the draft context";
         delete e;
         return nullptr;
     }
@@ -134,21 +95,22 @@ void specee_eagle_free(specee_eagle * e) {
     delete e;
 }
 
-namespace {
-
 // g rows for the last target decode's rows [r0, r0+n), through the head's encoder (fc).
-bool encode_features(specee_eagle * e, int32_t r0, int32_t n) {
+bool specee::encode_features(specee_eagle * e, int32_t r0, int32_t n, int32_t exit_layer, const float * h_exit) {
     const int32_t w = 3 * e->n_embd_t;
     e->feats.resize((size_t) n * w);
     for (int j = 0; j < 3; ++j) {
         const float * src = specee_layer_input(e->tgt, e->layers[j]);
         if (src == nullptr) {
-            g_error = "target feature capture is off";
+            specee_error_msg = "target feature capture is off";
             return false;
         }
+        // After an early exit at layer L, layer inputs above L+1 were never computed: the exit
+        // state stands in for them, as it stood in for the skipped layers' K/V.
+        const bool skipped = exit_layer >= 0 && e->layers[j] > exit_layer + 1;
         for (int32_t r = 0; r < n; ++r) {
-            std::memcpy(&e->feats[(size_t) r * w + (size_t) j * e->n_embd_t], src + (size_t) (r0 + r) * e->n_embd_t,
-                        sizeof(float) * e->n_embd_t);
+            const float * row = skipped ? h_exit : src + (size_t) (r0 + r) * e->n_embd_t;
+            std::memcpy(&e->feats[(size_t) r * w + (size_t) j * e->n_embd_t], row, sizeof(float) * e->n_embd_t);
         }
     }
     batch_guard b(llama_batch_init(n, w, 1));
@@ -156,7 +118,7 @@ bool encode_features(specee_eagle * e, int32_t r0, int32_t n) {
     // The encoder stores nothing, but its batch still passes the KV position-continuity check.
     set_rows(b.b, n, llama_memory_seq_pos_max(llama_get_memory(e->dft), 0) + 1, true);
     if (llama_encode(e->dft, b.b) != 0) {
-        g_error = "draft encoder failed";
+        specee_error_msg = "draft encoder failed";
         return false;
     }
     const float * out = llama_get_embeddings_nextn(e->dft);
@@ -166,14 +128,14 @@ bool encode_features(specee_eagle * e, int32_t r0, int32_t n) {
 
 // Decode draft rows (tokens[i], hidden rows[i]) at pos0+i; outputs for all rows when `outputs`
 // (the eagle3 graph returns the first n_outputs rows, so a lone last-row output would be wrong).
-bool draft_decode(specee_eagle * e, const llama_token * tokens, const float * hidden, int32_t n, llama_pos pos0, bool outputs) {
+bool specee::draft_decode(specee_eagle * e, const llama_token * tokens, const float * hidden, int32_t n, llama_pos pos0, bool outputs) {
     batch_guard b(llama_batch_init(n, e->n_embd_d, 1));
     b.b.token = (llama_token *) malloc(sizeof(llama_token) * n);  // freed by llama_batch_free
     std::memcpy(b.b.token, tokens, sizeof(llama_token) * n);
     std::memcpy(b.b.embd, hidden, sizeof(float) * (size_t) n * e->n_embd_d);
     set_rows(b.b, n, pos0, outputs);
     if (llama_decode(e->dft, b.b) != 0) {
-        g_error = "draft decode failed";
+        specee_error_msg = "draft decode failed";
         return false;
     }
     return true;
@@ -181,7 +143,7 @@ bool draft_decode(specee_eagle * e, const llama_token * tokens, const float * hi
 
 // The seed row (id_last, g of the newest target position) at that position: its output is the
 // first draft token of the next step.
-bool seed(specee_eagle * e, const float * g_last) {
+static bool seed(specee_eagle * e, const float * g_last) {
     llama_memory_seq_rm(llama_get_memory(e->dft), 0, e->n_past - 1, -1);
     if (!draft_decode(e, &e->id_last, g_last, 1, e->n_past - 1, true)) {
         return false;
@@ -192,11 +154,9 @@ bool seed(specee_eagle * e, const float * g_last) {
     return true;
 }
 
-}  // namespace
-
 llama_token specee_eagle_prefill(specee_eagle * e, const llama_token * tokens, int32_t n_tokens, int32_t n_keep, llama_sampler * smpl) {
     if (n_tokens < 1 || n_tokens >= (int32_t) llama_n_ctx(e->tgt)) {
-        g_error = "the prompt is empty or does not fit in the context";
+        specee_error_msg = "the prompt is empty or does not fit in the context";
         return -1;
     }
     // Re-decode at least the last kept token: its features seed the head's first new row.
@@ -214,10 +174,10 @@ llama_token specee_eagle_prefill(specee_eagle * e, const llama_token * tokens, i
         set_rows(b.b, n, c0, false);
         b.b.logits[n - 1] = last;  // the target's lm_head only for the prompt's last token
         if (llama_decode(e->tgt, b.b) != 0) {
-            g_error = "target decode failed during the prompt";
+            specee_error_msg = "target decode failed during the prompt";
             return -1;
         }
-        if (!encode_features(e, 0, n)) {
+        if (!encode_features(e, 0, n, -1, nullptr)) {
             return -1;
         }
         // rows (tokens[P+1], g[P]) for every P of this chunk that has a next token
@@ -273,7 +233,7 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
         std::copy(draft.begin(), draft.end(), b.b.token + 1);
         set_rows(b.b, n, e->n_past, true);
         if (llama_decode(e->tgt, b.b) != 0) {
-            g_error = "target decode failed while verifying";
+            specee_error_msg = "target decode failed while verifying";
             return -1;
         }
     }
@@ -293,7 +253,7 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     // 3. keep the target KV of id_last and the accepted drafts; the last sample becomes id_last
     const int32_t base = e->n_past;
     llama_memory_seq_rm(llama_get_memory(e->tgt), 0, base + accepted + 1, -1);
-    if (!encode_features(e, 0, accepted + 1)) {
+    if (!encode_features(e, 0, accepted + 1, -1, nullptr)) {
         return -1;
     }
     // draft rows for the accepted tokens, then the new seed, in one decode

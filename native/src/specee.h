@@ -52,6 +52,56 @@ LLAMA_API int32_t specee_eagle_step(struct specee_eagle * e, struct llama_sample
 LLAMA_API int32_t specee_eagle_n_past(const struct specee_eagle * e);
 LLAMA_API void    specee_eagle_reset_stats(struct specee_eagle * e);
 
+// ---- SpecEE early exit (early-exit.cpp) ----------------------------------------------------
+// Each step decodes one token with the target; the EAGLE head's top-n_cand tokens are the
+// candidates. After chosen layers a predictor reads the candidates' logits at that depth; when it
+// is confident the graph jumps past the remaining layers (patch 0002), writes their K/V from the
+// exit state, and the token is taken among the candidates. No lm_head runs at an exit.
+
+#define SPECEE_EE_MAX_LAYERS 128
+
+struct specee_ee;
+
+struct specee_ee_stats {
+    int32_t n_steps;            // tokens decoded by early-exit steps
+    int32_t n_exits;            // steps that stopped before the full lm_head
+    int32_t n_cand_hits;        // steps whose token was among the candidates
+    int64_t n_layers_run;       // layers computed, summed over steps
+    int32_t n_shadow;           // steps also run at full depth to check the exit decision
+    int32_t n_shadow_exits;     // of those, steps that exited
+    int32_t n_shadow_correct;   // of those, exits whose token equals the full-depth token
+    int32_t exit_hist[SPECEE_EE_MAX_LAYERS + 1];  // steps ending after layer L; [n_layer] = full depth
+    double  t_draft_ms, t_target_ms, t_other_ms;
+};
+
+// Bind early exit to an EAGLE pair (the head drafts the candidates). NULL on error.
+LLAMA_API struct specee_ee * specee_ee_init(struct specee_eagle * e, int32_t n_cand);
+LLAMA_API void specee_ee_free(struct specee_ee * x);
+
+// Predictor for exits after layer `layer`: z = w2 . relu(W1 f + b1) + b2 with f the 3*n_cand
+// features (candidate logits, their softmax, and its change since the previous layer); exit when
+// z > threshold. W1 is [n_hidden x 3*n_cand], row-major. Returns 0, or -1 on bad arguments.
+LLAMA_API int32_t specee_ee_set_predictor(struct specee_ee * x, int32_t layer, int32_t n_hidden, const float * w1,
+                                          const float * b1, const float * w2, float b2, float threshold);
+LLAMA_API void specee_ee_clear_predictors(struct specee_ee * x);
+
+// exits: use the predictors; force_layer >= 0: exit at that layer on every step (tests);
+// shadow_every > 0: every Nth step also runs full depth to measure exit precision (greedy only);
+// temperature <= 0: greedy choice among the candidates at an exit, else sample them with seed.
+LLAMA_API void specee_ee_configure(struct specee_ee * x, bool exits, int32_t force_layer, int32_t shadow_every,
+                                   float temperature, uint32_t seed);
+
+// Prompt prefill (as specee_eagle_prefill), then the first candidates.
+LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token * tokens, int32_t n_tokens,
+                                        int32_t n_keep, struct llama_sampler * smpl);
+
+// One token. record (n_layer * n_cand floats) and cands (n_cand) may be NULL; when record is
+// given the step runs full depth and stores every layer's candidate logits (predictor training).
+// Returns 1, 0 when the context is full, -1 on error.
+LLAMA_API int32_t specee_ee_step(struct specee_ee * x, struct llama_sampler * smpl, llama_token * out, float * record,
+                                 llama_token * cands, struct specee_ee_stats * stats);
+LLAMA_API void specee_ee_reset_stats(struct specee_ee * x);
+
 #ifdef __cplusplus
 }
 #endif

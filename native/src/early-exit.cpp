@@ -1,0 +1,545 @@
+// SpecEE early exit: one target decode per token that stops after the first layer whose predictor
+// is confident the token is settled among the EAGLE head's candidates.
+//
+// How a step runs (graph pieces added by exit-graph.h hooks, control flow by patch 0002):
+//   layers 0..L, each followed by its candidates' logits  -> eval callback reads them at scheduled
+//   layers, runs the predictor on the host (a few floats come back, nothing else)
+//   exit at L: copy h_L into the fill input, jump to the K/V-fill group of layer L+1; the groups of
+//   layers L+1..n-1 write their K/V from h_L, so the cache stays complete and seq_rm, context shift
+//   and multi-turn chat work as usual. No lm_head runs; the token is the best candidate.
+//   no exit: the normal output head runs, then the graph stops before the fill groups.
+#include "eagle-internal.h"
+#include "exit-graph.h"
+
+#include "../llama-context.h"
+#include "../llama-kv-cache.h"
+#include "../llama-model.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <unordered_map>
+
+using namespace specee;
+
+namespace {
+
+constexpr int ROLE_END = -1;
+
+double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct predictor {
+    bool present = false;
+    int32_t n_hidden = 0;
+    std::vector<float> w1, b1, w2;
+    float b2 = 0.0f;
+    float threshold = 0.0f;
+};
+
+// Each init gets a new generation so a graph built for a freed object is never reused.
+uint64_t g_generation = 0;
+
+}  // namespace
+
+// The graph tensors of one built early-exit graph (owned by llama.cpp's graph result).
+struct specee_exit_build {
+    specee_ee * owner = nullptr;
+    uint64_t generation = 0;
+    const llama_model * model = nullptr;
+    ggml_tensor * cand_ids = nullptr;
+    ggml_tensor * cand_rows = nullptr;
+    ggml_tensor * h_exit = nullptr;
+    ggml_tensor * t_end = nullptr;
+    bool can_fill = false;
+    std::vector<ggml_tensor *> logits, h_out, fill_first;
+    std::unordered_map<const ggml_tensor *, int> role;  // layer of a logits node, or ROLE_END
+};
+
+struct specee_ee {
+    specee_eagle * e = nullptr;
+    llama_context * tgt = nullptr;
+    const llama_model * model = nullptr;
+    int32_t n_layer = 0, n_embd = 0, n_cand = 4;
+    uint64_t generation = 0;
+    ggml_backend_sched_eval_callback prev_cb = nullptr;
+    void * prev_cb_data = nullptr;
+
+    std::vector<llama_token> cand;
+    std::vector<predictor> pred;
+    bool exits = true;
+    int32_t force_layer = -1;
+    int32_t shadow_every = 0;
+    float temperature = 0.0f;
+    std::mt19937 rng{1234};
+
+    specee_exit_build * graph = nullptr;  // the graph built for this object, if any
+
+    // per decode
+    bool no_exit = false;         // full depth (recording, shadow)
+    int32_t exit_layer = -1;
+    llama_token exit_token = -1;
+    std::vector<float> h_exit;    // host copy of the exit state (stands in for skipped features)
+    std::vector<float> l_cur, l_prev;
+
+    specee_ee_stats stats{};
+};
+
+namespace {
+
+thread_local specee_ee * t_active = nullptr;  // the early-exit step decoding on this thread
+
+class specee_exit_input : public llm_graph_input_i {
+public:
+    specee_exit_build b;
+
+    void set_input(const llama_ubatch * /*ubatch*/) override {
+        if (b.owner != nullptr && b.cand_ids != nullptr) {
+            b.owner->graph = &b;  // this graph (new or reused) is the one about to run
+            ggml_backend_tensor_set(b.cand_ids, b.owner->cand.data(), 0, ggml_nbytes(b.cand_ids));
+        }
+    }
+
+    // A graph with exit nodes serves only its own steps; one without serves only plain decodes.
+    bool can_reuse(const llm_graph_params & /*params*/) override {
+        if (b.owner == nullptr) {
+            return t_active == nullptr;
+        }
+        return t_active == b.owner && t_active->generation == b.generation;
+    }
+};
+
+void softmax(const float * l, float * p, int n) {
+    const float m = *std::max_element(l, l + n);
+    float s = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        p[i] = std::exp(l[i] - m);
+        s += p[i];
+    }
+    for (int i = 0; i < n; ++i) {
+        p[i] /= s;
+    }
+}
+
+bool wants_check(const specee_ee * x, int layer) {
+    if (x->force_layer >= 0) {
+        return layer == x->force_layer;
+    }
+    return x->exits && x->pred[layer].present;
+}
+
+// Predictor verdict for candidate logits l (this layer) and lp (previous layer, may be null).
+bool predict_exit(const specee_ee * x, int layer, const float * l, const float * lp) {
+    if (x->force_layer >= 0) {
+        return layer == x->force_layer;
+    }
+    const predictor & p = x->pred[layer];
+    if (!p.present) {
+        return false;
+    }
+    const int k = x->n_cand;
+    float f[3 * 16];
+    std::copy(l, l + k, f);
+    softmax(l, f + k, k);
+    if (lp != nullptr) {
+        softmax(lp, f + 2 * k, k);
+    } else {
+        std::fill(f + 2 * k, f + 3 * k, 1.0f / (float) k);
+    }
+    for (int i = 0; i < k; ++i) {
+        f[2 * k + i] = f[k + i] - f[2 * k + i];
+    }
+    const int nf = 3 * k;
+    float z = p.b2;
+    for (int h = 0; h < p.n_hidden; ++h) {
+        const float * w = p.w1.data() + (size_t) h * nf;
+        float a = p.b1[h];
+        for (int i = 0; i < nf; ++i) {
+            a += w[i] * f[i];
+        }
+        if (a > 0.0f) {
+            z += p.w2[h] * a;
+        }
+    }
+    return z > p.threshold;
+}
+
+// The candidate an exit emits: the best one (greedy) or one sampled from their softmax.
+llama_token choose_candidate(specee_ee * x, const float * l) {
+    const int k = x->n_cand;
+    if (x->temperature <= 0.0f) {
+        return x->cand[std::max_element(l, l + k) - l];
+    }
+    std::vector<float> s(l, l + k);
+    for (float & v : s) {
+        v /= x->temperature;
+    }
+    std::vector<float> p(k);
+    softmax(s.data(), p.data(), k);
+    std::discrete_distribution<int> d(p.begin(), p.end());
+    return x->cand[d(x->rng)];
+}
+
+bool eval_callback(ggml_tensor * t, bool ask, void * /*user_data*/) {
+    specee_ee * x = t_active;
+    if (x == nullptr || x->graph == nullptr) {
+        return !ask;  // a plain decode: need nothing, never stop
+    }
+    specee_exit_build & b = *x->graph;
+    const auto it = b.role.find(t);
+    if (it == b.role.end()) {
+        return !ask;
+    }
+    const int role = it->second;
+    if (ask) {
+        return role == ROLE_END || (!x->no_exit && b.can_fill && wants_check(x, role));
+    }
+    ggml_backend_sched_t sched = x->tgt->get_sched();
+    if (role == ROLE_END) {
+        ggml_backend_sched_eval_jump(sched, nullptr);  // the fill groups are for exits only
+        return false;
+    }
+    x->l_cur.resize(x->n_cand);
+    ggml_backend_tensor_get(t, x->l_cur.data(), 0, sizeof(float) * x->n_cand);
+    const float * lp = nullptr;
+    if (role > 0) {
+        x->l_prev.resize(x->n_cand);
+        ggml_backend_tensor_get(b.logits[role - 1], x->l_prev.data(), 0, sizeof(float) * x->n_cand);
+        lp = x->l_prev.data();
+    }
+    if (!predict_exit(x, role, x->l_cur.data(), lp)) {
+        return true;
+    }
+    x->exit_layer = role;
+    x->exit_token = choose_candidate(x, x->l_cur.data());
+    x->h_exit.resize(x->n_embd);
+    ggml_backend_tensor_get(b.h_out[role], x->h_exit.data(), 0, sizeof(float) * x->n_embd);
+    if (role + 1 < x->n_layer) {
+        ggml_backend_tensor_copy(b.h_out[role], b.h_exit);
+        ggml_backend_sched_eval_jump(sched, b.fill_first[role + 1]);
+    } else {
+        ggml_backend_sched_eval_jump(sched, nullptr);  // last layer: only the lm_head is skipped
+    }
+    return false;
+}
+
+std::vector<llama_token> top_k(const float * v, int32_t n, int32_t k) {
+    std::vector<std::pair<float, llama_token>> best;  // ascending, size <= k
+    best.reserve(k + 1);
+    for (int32_t i = 0; i < n; ++i) {
+        if ((int32_t) best.size() == k && v[i] <= best.front().first) {
+            continue;
+        }
+        best.emplace_back(v[i], i);
+        std::sort(best.begin(), best.end());
+        if ((int32_t) best.size() > k) {
+            best.erase(best.begin());
+        }
+    }
+    std::vector<llama_token> out;
+    for (auto it = best.rbegin(); it != best.rend(); ++it) {
+        out.push_back(it->second);
+    }
+    return out;
+}
+
+}  // namespace
+
+// ---- graph hooks (called by the patched llama builder) ------------------------------------
+
+specee_exit_build * specee_exit_graph_begin(llm_graph_context & g, const llama_model & model) {
+    auto inp = std::make_unique<specee_exit_input>();
+    specee_exit_build * b = &inp->b;
+    g.res->add_input(std::move(inp));
+    specee_ee * x = t_active;
+    if (x == nullptr || g.n_tokens != 1 || x->model != &model) {
+        return nullptr;
+    }
+    b->owner = x;
+    b->generation = x->generation;
+    b->model = &model;
+    b->cand_ids = ggml_new_tensor_1d(g.ctx0, GGML_TYPE_I32, x->n_cand);
+    ggml_set_input(b->cand_ids);
+    ggml_set_name(b->cand_ids, "specee_cand_ids");
+    b->h_exit = ggml_new_tensor_2d(g.ctx0, GGML_TYPE_F32, g.n_embd, 1);
+    ggml_set_input(b->h_exit);
+    ggml_set_name(b->h_exit, "specee_h_exit");
+    b->cand_rows = ggml_get_rows(g.ctx0, model.output, b->cand_ids);  // [n_embd, n_cand]
+    b->logits.assign(g.n_layer, nullptr);
+    b->h_out.assign(g.n_layer, nullptr);
+    b->fill_first.assign(g.n_layer, nullptr);
+    x->graph = b;
+    return b;
+}
+
+void specee_exit_graph_layer(llm_graph_context & g, specee_exit_build * b, int il, ggml_tensor * h) {
+    ggml_tensor * n = ggml_rms_norm(g.ctx0, h, g.norm_rms_eps);
+    n = ggml_mul(g.ctx0, n, b->model->output_norm);
+    ggml_tensor * l = ggml_mul_mat(g.ctx0, b->cand_rows, n);  // [n_cand, 1]
+    ggml_format_name(l, "specee_cand_logits-%d", il);
+    ggml_set_output(l);  // kept: the next check and recording read it after later nodes ran
+    ggml_build_forward_expand(g.gf, l);
+    b->logits[il] = l;
+    b->h_out[il] = h;
+    b->role[l] = il;
+}
+
+void specee_exit_graph_end(llm_graph_context & g, specee_exit_build * b, llm_graph_input_attn_kv * inp_attn,
+                           ggml_tensor * inp_pos, ggml_tensor * t_end) {
+    b->t_end = t_end;
+    b->role[t_end] = ROLE_END;
+    // Only the plain layout is filled: rotated or fused K/V would need their own fill.
+    if (inp_attn->self_k_rot || inp_attn->self_v_rot || g.hparams.use_kq_norm || g.hparams.f_clamp_kqv > 0.0f) {
+        return;
+    }
+    for (int il = 1; il < g.n_layer; ++il) {
+        if (b->model->layers[il].wk == nullptr || b->model->layers[il].wv == nullptr) {
+            return;
+        }
+    }
+    const auto * mctx = inp_attn->mctx;
+    for (int il = 1; il < g.n_layer; ++il) {
+        const llama_layer & layer = b->model->layers[il];
+        const int first = ggml_graph_n_nodes(g.gf);
+        ggml_tensor * x = ggml_rms_norm(g.ctx0, b->h_exit, g.norm_rms_eps);
+        x = ggml_mul(g.ctx0, x, layer.attn_norm);
+        ggml_tensor * k = g.build_lora_mm(layer.wk, x, layer.wk_s);
+        if (layer.wk_b) {
+            k = ggml_add(g.ctx0, k, layer.wk_b);
+        }
+        ggml_tensor * v = g.build_lora_mm(layer.wv, x, layer.wv_s);
+        if (layer.wv_b) {
+            v = ggml_add(g.ctx0, v, layer.wv_b);
+        }
+        k = ggml_reshape_3d(g.ctx0, k, g.n_embd_head_k, g.n_head_kv, 1);
+        v = ggml_reshape_3d(g.ctx0, v, g.n_embd_head_v, g.n_head_kv, 1);
+        k = ggml_rope_ext(g.ctx0, k, inp_pos, b->model->get_rope_factors(g.cparams, il), g.n_rot, g.rope_type, g.n_ctx_orig,
+                          g.freq_base, g.freq_scale, g.ext_factor, g.attn_factor, g.beta_fast, g.beta_slow);
+        ggml_build_forward_expand(g.gf, mctx->cpy_k(g.ctx0, k, inp_attn->get_k_idxs(), il));
+        ggml_build_forward_expand(g.gf, mctx->cpy_v(g.ctx0, v, inp_attn->get_v_idxs(), il));
+        b->fill_first[il] = ggml_graph_node(g.gf, first);
+    }
+    b->can_fill = true;
+}
+
+// ---- C API ----------------------------------------------------------------------------------
+
+specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {
+    if (e == nullptr) {
+        specee_error_msg = "early exit needs an EAGLE head for its candidates";
+        return nullptr;
+    }
+    const llama_model & model = e->tgt->get_model();
+    if (model.arch != LLM_ARCH_LLAMA) {
+        specee_error_msg = "early exit supports llama-architecture models only";
+        return nullptr;
+    }
+    if (n_cand < 1 || n_cand > 16) {
+        specee_error_msg = "n_cand must be between 1 and 16";
+        return nullptr;
+    }
+    if (llama_model_n_layer(&model) > SPECEE_EE_MAX_LAYERS || model.output == nullptr) {
+        specee_error_msg = "this model's layout is not supported by early exit";
+        return nullptr;
+    }
+    auto * x = new specee_ee();
+    x->e = e;
+    x->tgt = e->tgt;
+    x->model = &model;
+    x->n_layer = llama_model_n_layer(&model);
+    x->n_embd = llama_model_n_embd(&model);
+    x->n_cand = n_cand;
+    x->generation = ++g_generation;
+    x->pred.resize(x->n_layer);
+    x->cand.assign(n_cand, 0);
+    // The eval callback is where exits are decided; cparams is applied at each graph build.
+    auto & cp = const_cast<llama_cparams &>(x->tgt->get_cparams());
+    x->prev_cb = cp.cb_eval;
+    x->prev_cb_data = cp.cb_eval_user_data;
+    cp.cb_eval = eval_callback;
+    cp.cb_eval_user_data = nullptr;
+    return x;
+}
+
+void specee_ee_free(specee_ee * x) {
+    if (x == nullptr) {
+        return;
+    }
+    auto & cp = const_cast<llama_cparams &>(x->tgt->get_cparams());
+    cp.cb_eval = x->prev_cb;
+    cp.cb_eval_user_data = x->prev_cb_data;
+    delete x;
+}
+
+int32_t specee_ee_set_predictor(specee_ee * x, int32_t layer, int32_t n_hidden, const float * w1, const float * b1,
+                                const float * w2, float b2, float threshold) {
+    if (layer < 0 || layer >= x->n_layer || n_hidden < 1 || !w1 || !b1 || !w2) {
+        specee_error_msg = "bad predictor (layer out of range or missing weights)";
+        return -1;
+    }
+    const int nf = 3 * x->n_cand;
+    predictor & p = x->pred[layer];
+    p.present = true;
+    p.n_hidden = n_hidden;
+    p.w1.assign(w1, w1 + (size_t) n_hidden * nf);
+    p.b1.assign(b1, b1 + n_hidden);
+    p.w2.assign(w2, w2 + n_hidden);
+    p.b2 = b2;
+    p.threshold = threshold;
+    return 0;
+}
+
+void specee_ee_clear_predictors(specee_ee * x) {
+    for (auto & p : x->pred) {
+        p = predictor{};
+    }
+}
+
+void specee_ee_configure(specee_ee * x, bool exits, int32_t force_layer, int32_t shadow_every, float temperature,
+                         uint32_t seed) {
+    x->exits = exits;
+    x->force_layer = force_layer < x->n_layer ? force_layer : -1;
+    x->shadow_every = std::max(0, shadow_every);
+    x->temperature = temperature;
+    x->rng.seed(seed);
+}
+
+llama_token specee_ee_prefill(specee_ee * x, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
+                              llama_sampler * smpl) {
+    const llama_token t = specee_eagle_prefill(x->e, tokens, n_tokens, n_keep, smpl);
+    if (t >= 0) {
+        x->cand = top_k(llama_get_logits_ith(x->e->dft, 0), x->e->n_vocab, x->n_cand);
+    }
+    return t;
+}
+
+namespace {
+
+// Decode id_last at n_past; exits allowed unless x->no_exit.
+bool decode_target(specee_ee * x) {
+    specee_eagle * e = x->e;
+    batch_guard b(llama_batch_init(1, 0, 1));
+    b.b.token[0] = e->id_last;
+    set_rows(b.b, 1, e->n_past, true);
+    x->exit_layer = -1;
+    t_active = x;
+    const int32_t rc = llama_decode(x->tgt, b.b);
+    t_active = nullptr;
+    if (rc != 0) {
+        specee_error_msg = "target decode failed (early-exit step)";
+        return false;
+    }
+    return true;
+}
+
+// The exit a full-depth decode's recorded logits imply, as the callback would have taken it.
+int32_t replay_exit(specee_ee * x, llama_token * token) {
+    const specee_exit_build & b = *x->graph;
+    std::vector<float> l(x->n_cand), lp(x->n_cand);
+    for (int il = 0; il < x->n_layer; ++il) {
+        if (!b.can_fill || !wants_check(x, il)) {
+            continue;
+        }
+        ggml_backend_tensor_get(b.logits[il], l.data(), 0, sizeof(float) * x->n_cand);
+        if (il > 0) {
+            ggml_backend_tensor_get(b.logits[il - 1], lp.data(), 0, sizeof(float) * x->n_cand);
+        }
+        if (predict_exit(x, il, l.data(), il > 0 ? lp.data() : nullptr)) {
+            *token = x->cand[std::max_element(l.begin(), l.end()) - l.begin()];
+            return il;
+        }
+    }
+    return -1;
+}
+
+}  // namespace
+
+int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, float * record, llama_token * cands,
+                       specee_ee_stats * stats) {
+    specee_eagle * e = x->e;
+    if (e->n_past >= (int32_t) llama_n_ctx(x->tgt)) {
+        return 0;  // context full
+    }
+    const double t0 = now_ms();
+    if (cands) {
+        std::copy(x->cand.begin(), x->cand.end(), cands);
+    }
+    const bool shadow = record == nullptr && x->shadow_every > 0 && x->stats.n_steps % x->shadow_every == 0;
+    x->no_exit = record != nullptr || shadow;
+    if (!decode_target(x)) {
+        return -1;
+    }
+    if (x->graph == nullptr) {
+        specee_error_msg = "the early-exit graph was not built (unsupported model?)";
+        return -1;
+    }
+    if (record) {
+        for (int il = 0; il < x->n_layer; ++il) {
+            ggml_backend_tensor_get(x->graph->logits[il], record + (size_t) il * x->n_cand, 0, sizeof(float) * x->n_cand);
+        }
+    }
+    if (shadow) {
+        llama_token t_exit = -1;
+        const int32_t layer = replay_exit(x, &t_exit);
+        x->stats.n_shadow += 1;
+        if (layer >= 0) {
+            const llama_token t_full = argmax(llama_get_logits_ith(x->tgt, 0), e->n_vocab);
+            x->stats.n_shadow_exits += 1;
+            x->stats.n_shadow_correct += t_exit == t_full ? 1 : 0;
+            // Decode again the way a plain step would, so shadowing never changes the text.
+            llama_memory_seq_rm(llama_get_memory(x->tgt), 0, e->n_past, -1);
+            x->no_exit = false;
+            if (!decode_target(x)) {
+                return -1;
+            }
+        }
+    }
+    const double t1 = now_ms();
+
+    llama_token token;
+    if (x->exit_layer >= 0) {
+        token = x->exit_token;
+        llama_sampler_accept(smpl, token);
+    } else {
+        token = llama_sampler_sample(smpl, x->tgt, 0);
+    }
+    const bool hit = std::find(x->cand.begin(), x->cand.end(), token) != x->cand.end();
+
+    // Next candidates: the head's row for (token, features of this step).
+    if (!encode_features(e, 0, 1, x->exit_layer, x->h_exit.data())) {
+        return -1;
+    }
+    llama_memory_seq_rm(llama_get_memory(e->dft), 0, e->n_past, -1);
+    if (!draft_decode(e, &token, e->g.data(), 1, e->n_past, true)) {
+        return -1;
+    }
+    const float * dl = llama_get_logits_ith(e->dft, 0);
+    x->cand = top_k(dl, e->n_vocab, x->n_cand);
+    e->first_draft = x->cand[0];
+    const float * hp = llama_get_embeddings_nextn_ith(e->dft, 0);
+    std::copy(hp, hp + e->n_embd_d, e->first_h.begin());
+    e->n_past += 1;
+    e->id_last = token;
+    const double t2 = now_ms();
+
+    specee_ee_stats & s = x->stats;
+    s.n_steps += 1;
+    s.n_exits += x->exit_layer >= 0 ? 1 : 0;
+    s.n_cand_hits += hit ? 1 : 0;
+    s.n_layers_run += x->exit_layer >= 0 ? x->exit_layer + 1 : x->n_layer;
+    s.exit_hist[x->exit_layer >= 0 ? x->exit_layer : x->n_layer] += 1;
+    s.t_target_ms += t1 - t0;
+    s.t_draft_ms += t2 - t1;
+    *out = token;
+    if (stats) {
+        *stats = s;
+    }
+    return 1;
+}
+
+void specee_ee_reset_stats(specee_ee * x) {
+    x->stats = specee_ee_stats{};
+}
