@@ -57,7 +57,8 @@ def lib() -> ctypes.CDLL:
     handle.specee_layer_input.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     handle.specee_layer_input.restype = ctypes.POINTER(ctypes.c_float)
     assert "layer-capture" in info["features"]
-    vp, i32 = ctypes.c_void_p, ctypes.c_int32
+    vp, i32, f32p = ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_float)
+    assert "early-exit" in info["features"]
     sigs = {
         "specee_last_error": ([], ctypes.c_char_p),
         "specee_eagle_init": ([vp, vp, i32, i32], vp),
@@ -66,6 +67,14 @@ def lib() -> ctypes.CDLL:
         "specee_eagle_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(EagleStats)], i32),
         "specee_eagle_n_past": ([vp], i32),
         "specee_eagle_reset_stats": ([vp], None),
+        "specee_ee_init": ([vp, i32], vp),
+        "specee_ee_free": ([vp], None),
+        "specee_ee_set_predictor": ([vp, i32, i32, f32p, f32p, f32p, ctypes.c_float, ctypes.c_float], i32),
+        "specee_ee_clear_predictors": ([vp], None),
+        "specee_ee_configure": ([vp, ctypes.c_bool, i32, i32, ctypes.c_float, ctypes.c_uint32], None),
+        "specee_ee_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
+        "specee_ee_step": ([vp, vp, ctypes.POINTER(i32), f32p, ctypes.POINTER(i32), ctypes.POINTER(EeStats)], i32),
+        "specee_ee_reset_stats": ([vp], None),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(handle, name)
@@ -84,4 +93,25 @@ class EagleStats(ctypes.Structure):
         ("t_draft_ms", ctypes.c_double),
         ("t_verify_ms", ctypes.c_double),
         ("t_feed_ms", ctypes.c_double),
+    ]
+
+
+EE_MAX_LAYERS = 128  # specee.h SPECEE_EE_MAX_LAYERS
+
+
+class EeStats(ctypes.Structure):
+    """native/src/specee.h: struct specee_ee_stats."""
+
+    _fields_ = [
+        ("n_steps", ctypes.c_int32),
+        ("n_exits", ctypes.c_int32),
+        ("n_cand_hits", ctypes.c_int32),
+        ("n_layers_run", ctypes.c_int64),
+        ("n_shadow", ctypes.c_int32),
+        ("n_shadow_exits", ctypes.c_int32),
+        ("n_shadow_correct", ctypes.c_int32),
+        ("exit_hist", ctypes.c_int32 * (EE_MAX_LAYERS + 1)),
+        ("t_draft_ms", ctypes.c_double),
+        ("t_target_ms", ctypes.c_double),
+        ("t_other_ms", ctypes.c_double),
     ]

@@ -4,15 +4,18 @@ the session around them handles text, stop strings, cancel and stats the same wa
 from __future__ import annotations
 
 import ctypes
+import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import llama_cpp
+import numpy as np
 from llama_cpp import Llama
 
 from engine import native
 from engine import protocol as p
+from engine.models.exit_predictors import ExitPredictors
 
 
 class Decoder(Protocol):
@@ -149,3 +152,110 @@ class EagleDecoder:
         if self._draft_model:
             llama_cpp.llama_model_free(self._draft_model)
             self._draft_model = None
+
+
+class SpecEEDecoder(EagleDecoder):
+    """SpecEE early exit in native/src/early-exit.cpp: one target pass per token that stops at the
+    first layer whose predictor is sure the token is settled among the head's candidates."""
+
+    def __init__(
+        self,
+        llm: Llama,
+        head_path: Path,
+        predictors: ExitPredictors | None,
+        n_threads: int,
+        *,
+        exits: bool = True,
+        force_layer: int = -1,
+        shadow_every: int = 0,
+    ) -> None:
+        super().__init__(llm, head_path, 1, n_threads)
+        self.n_cand = predictors.n_cand if predictors else 4
+        self._ee = self.lib.specee_ee_init(self._eagle, self.n_cand)
+        if not self._ee:
+            msg = self.lib.specee_last_error().decode()
+            super().close()
+            raise RuntimeError(msg)
+        self.n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
+        self.exits, self.force_layer, self.shadow_every = exits, force_layer, shadow_every
+        if predictors:
+            for layer, pr in predictors.layers.items():
+                rc = self.lib.specee_ee_set_predictor(
+                    self._ee, layer, pr.w1.shape[0], _f32(pr.w1), _f32(pr.b1), _f32(pr.w2), float(pr.b2), float(pr.threshold)
+                )
+                if rc != 0:
+                    self.close()
+                    raise RuntimeError(self.lib.specee_last_error().decode())
+        self._ee_stats = native.EeStats()
+        self._tok = (ctypes.c_int32 * 1)()
+
+    def _configure(self, s: p.Sampling) -> None:
+        seed = s.seed if s.seed >= 0 else random.getrandbits(32)
+        self.lib.specee_ee_configure(self._ee, self.exits, self.force_layer, self.shadow_every, s.temperature, seed)
+
+    def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
+        yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False))
+
+    def record(self, tokens: list[int], s: p.Sampling) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Full-depth greedy steps with every layer's candidate logits [n_layer, n_cand] and the
+        candidates (predictor training data); the first token comes from the prefill, no record."""
+        for tok, rec, cands in self._run(tokens, s, record=True):
+            if rec is not None:
+                yield tok, rec, cands
+
+    def _run(self, tokens: list[int], s: p.Sampling, record: bool) -> Iterator[tuple[int, np.ndarray | None, np.ndarray]]:
+        smpl = _sampler(self.llm, s)
+        self._configure(s)
+        n_keep = self.cached_prefix(tokens)
+        self.lib.specee_ee_reset_stats(self._ee)
+        self._ee_stats = native.EeStats()
+        arr = (ctypes.c_int32 * len(tokens))(*tokens)
+        self._kv = []
+        first = self.lib.specee_ee_prefill(self._ee, arr, len(tokens), n_keep, smpl.sampler)
+        if first < 0:
+            raise RuntimeError(self.lib.specee_last_error().decode())
+        self._kv = list(tokens)
+        cands = np.zeros(self.n_cand, dtype=np.int32)
+        rec = np.zeros((self.n_layer, self.n_cand), dtype=np.float32) if record else None
+        rec_p = _f32(rec) if rec is not None else None
+        cands_p = cands.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        yield first, None, cands
+        prev = first
+        while True:
+            n = self.lib.specee_ee_step(self._ee, smpl.sampler, self._tok, rec_p, cands_p, ctypes.byref(self._ee_stats))
+            if n < 0:
+                raise RuntimeError(self.lib.specee_last_error().decode())
+            if n == 0:
+                return  # context full
+            self._kv.append(prev)
+            prev = self._tok[0]
+            yield prev, (rec.copy() if rec is not None else None), cands.copy()
+
+    def accel_stats(self) -> dict[str, Any]:
+        st = self._ee_stats
+        steps = max(st.n_steps, 1)
+        out: dict[str, Any] = {
+            "exit_rate": st.n_exits / steps,
+            "mean_layers": st.n_layers_run / steps,
+            "n_layer": self.n_layer,
+            "cand_hit_rate": st.n_cand_hits / steps,
+            "exit_hist": list(st.exit_hist[: self.n_layer + 1]),
+            "target_ms_per_step": st.t_target_ms / steps,
+            "draft_ms_per_step": st.t_draft_ms / steps,
+        }
+        if st.n_shadow:
+            out["shadow_steps"] = st.n_shadow
+            out["shadow_exits"] = st.n_shadow_exits
+            out["exit_precision"] = st.n_shadow_correct / max(st.n_shadow_exits, 1)
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "_ee", None):
+            self.lib.specee_ee_free(self._ee)
+            self._ee = None
+        super().close()
+
+
+def _f32(a: np.ndarray) -> Any:
+    assert a.dtype == np.float32 and a.flags["C_CONTIGUOUS"]
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))

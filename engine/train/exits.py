@@ -1,0 +1,282 @@
+"""SpecEE exit predictors: data from the real engine, one small MLP per layer, calibrated
+thresholds and a layer schedule chosen by simulating the decode on held-out steps.
+
+Data: the native early-exit step run at full depth on training prompts records, for every step,
+the candidate logits after every layer (the exact numbers the engine will see) and the token the
+full model chose. Label of (step, layer): the best candidate at that layer is that token.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from engine import protocol as p
+from engine.atomic import write_text_atomic
+from engine.bench.prompts import BenchPrompt
+from engine.models.exit_predictors import ExitPredictors, LayerPredictor
+
+DATA_FILE = "exit-data.npz"
+
+
+@dataclass
+class ExitData:
+    rec: np.ndarray  # [steps, n_layer, n_cand] candidate logits after each layer
+    cands: np.ndarray  # [steps, n_cand]
+    token: np.ndarray  # [steps] the full-depth token
+    seq: np.ndarray  # [steps] prompt index (for a split by prompt)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """[steps, n_layer]: exiting after that layer would give the full model's token."""
+        best = np.take_along_axis(self.cands[:, None, :], self.rec.argmax(-1)[..., None], axis=-1)[..., 0]
+        return best == self.token[:, None]
+
+
+def features(rec: np.ndarray) -> np.ndarray:
+    """[steps, n_layer, 3k]: logits, softmax, softmax change since the previous layer (as the
+    native predict_exit computes them; layer 0 compares with the uniform distribution)."""
+    z = rec - rec.max(-1, keepdims=True)
+    sm = np.exp(z)
+    sm /= sm.sum(-1, keepdims=True)
+    prev = np.concatenate([np.full_like(sm[:, :1], 1.0 / sm.shape[-1]), sm[:, :-1]], axis=1)
+    return np.concatenate([rec, sm, sm - prev], axis=-1).astype(np.float32)
+
+
+def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work: Path, max_new: int, n_threads: int) -> ExitData:
+    """Record full-depth steps; resumable per prompt (the npz is rewritten atomically)."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from engine.models.gguf_file import inspect_gguf
+    from engine.worker.chat_prompt import ChatPrompt
+    from engine.worker.decoders import SpecEEDecoder
+
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / DATA_FILE
+    parts: dict[str, list[np.ndarray]] = {"rec": [], "cands": [], "token": [], "seq": []}
+    done: set[str] = set()
+    if path.exists():
+        with np.load(path) as z:
+            for k in parts:
+                parts[k].append(z[k])
+            done = set(json.loads(str(z["done"])))
+    llm = Llama(
+        model_path=str(model_path), n_ctx=1024, n_batch=512, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
+    )
+    chat = ChatPrompt.for_model(llm, inspect_gguf(model_path).chat_template)
+    dec = SpecEEDecoder(llm, head_path, None, n_threads)
+    todo = [(i, pr) for i, pr in enumerate(prompts) if pr.id not in done]
+    bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc="exit data", unit="prompt")
+    try:
+        for n, (i, pr) in enumerate(todo):
+            tokens = chat.fit([{"role": "user", "content": pr.text}], 1024 - max_new - 8).tokens
+            for step, (tok, rec, cands) in enumerate(dec.record(tokens, p.Sampling.greedy(max_new))):
+                parts["rec"].append(rec[None].astype(np.float16))
+                parts["cands"].append(cands[None])
+                parts["token"].append(np.array([tok], np.int32))
+                parts["seq"].append(np.array([i], np.int32))
+                if llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok) or step + 1 >= max_new:
+                    break
+            dec.forget()
+            done.add(pr.id)
+            bar.update(1)
+            if (n + 1) % 20 == 0 or n + 1 == len(todo):
+                _save(path, parts, done)
+    finally:
+        bar.close()
+        dec.close()
+        llm.close()
+    return load_data(work)
+
+
+def _save(path: Path, parts: dict[str, list[np.ndarray]], done: set[str]) -> None:
+    tmp = path.with_name("partial-" + path.name)
+    arrays = {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
+    for k, v in arrays.items():
+        parts[k] = [v]
+    with open(tmp, "wb") as f:
+        np.savez(f, done=np.array(json.dumps(sorted(done))), **arrays)
+    tmp.replace(path)
+
+
+def load_data(work: Path) -> ExitData:
+    with np.load(work / DATA_FILE) as z:
+        return ExitData(z["rec"].astype(np.float32), z["cands"], z["token"], z["seq"])
+
+
+# ---- training -----------------------------------------------------------------------------
+
+
+def train_mlps(x: np.ndarray, y: np.ndarray, hidden: int = 64, epochs: int = 30, seed: int = 0) -> list[LayerPredictor]:
+    """One MLP per layer, trained together as a batched model. x [steps, L, F], y [steps, L].
+    Feature scaling is folded into the first layer so the engine sees raw features."""
+    torch.manual_seed(seed)
+    n, n_layer, nf = x.shape
+    mean, std = x.mean(0), x.std(0) + 1e-4  # [L, F]
+    xt = torch.from_numpy((x - mean) / std).float()
+    yt = torch.from_numpy(y.astype(np.float32))
+    w1 = torch.nn.Parameter(torch.randn(n_layer, hidden, nf) * (2.0 / nf) ** 0.5)
+    b1 = torch.nn.Parameter(torch.zeros(n_layer, hidden))
+    w2 = torch.nn.Parameter(torch.randn(n_layer, hidden) * (1.0 / hidden) ** 0.5)
+    b2 = torch.nn.Parameter(torch.zeros(n_layer))
+    opt = torch.optim.Adam([w1, b1, w2, b2], lr=3e-3)
+    batch = 512
+    for _epoch in range(epochs):
+        perm = torch.randperm(n)
+        for s in range(0, n, batch):
+            idx = perm[s : s + batch]
+            h = torch.relu(torch.einsum("blf,lhf->blh", xt[idx], w1) + b1)
+            z = (h * w2).sum(-1) + b2
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(z, yt[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    out = []
+    with torch.no_grad():
+        for layer in range(n_layer):
+            sd = torch.from_numpy(std[layer]).float()
+            mu = torch.from_numpy(mean[layer]).float()
+            w = w1[layer] / sd  # [H, F]
+            b = b1[layer] - (w * mu).sum(-1)
+            out.append(LayerPredictor(w.numpy().copy(), b.numpy().copy(), w2[layer].numpy().copy(), float(b2[layer]), 0.0))
+    return out
+
+
+def predictor_logits(preds: list[LayerPredictor], x: np.ndarray) -> np.ndarray:
+    """[steps, L] logits z, computed exactly as the engine does (float32)."""
+    z = np.empty(x.shape[:2], np.float32)
+    for layer, pr in enumerate(preds):
+        h = np.maximum(x[:, layer] @ pr.w1.T + pr.b1, 0.0)
+        z[:, layer] = h @ pr.w2 + pr.b2
+    return z
+
+
+def calibrate(z: np.ndarray, y: np.ndarray, target: float, min_exits: int = 30) -> np.ndarray:
+    """Per-layer thresholds, in layer order over the steps still running: the lowest threshold
+    whose exits on held-out steps keep precision >= target (with one assumed miss, so a layer
+    with few exits must be perfect on many). +inf where none qualifies."""
+    n, n_layer = z.shape
+    running = np.ones(n, bool)
+    thr = np.full(n_layer, np.inf, np.float32)
+    for layer in range(n_layer):
+        zs, ys = z[running, layer], y[running, layer]
+        order = np.argsort(-zs)
+        tp = np.cumsum(ys[order])
+        k = np.arange(1, len(order) + 1)
+        prec = tp / (k + 1.0)
+        ok = np.nonzero((prec >= target) & (k >= min_exits))[0]
+        if len(ok):
+            cut = ok.max()
+            thr[layer] = float(zs[order[cut]]) - 1e-6
+            running &= ~(z[:, layer] > thr[layer])
+    return thr
+
+
+def simulate(z: np.ndarray, y: np.ndarray, thr: np.ndarray, schedule: list[int], n_layer: int) -> dict[str, float]:
+    n = z.shape[0]
+    exit_layer = np.full(n, n_layer)
+    correct = np.ones(n, bool)
+    running = np.ones(n, bool)
+    for layer in schedule:
+        hit = running & (z[:, layer] > thr[layer])
+        exit_layer[hit] = layer
+        correct[hit] = y[hit, layer]
+        running &= ~hit
+    exits = exit_layer < n_layer
+    layers_run = np.where(exits, exit_layer + 1, n_layer)
+    return {
+        "exit_rate": float(exits.mean()),
+        "precision": float(correct[exits].mean()) if exits.any() else 1.0,
+        "mean_layers": float(layers_run.mean()),
+    }
+
+
+def step_cost(
+    z: np.ndarray, y: np.ndarray, thr: np.ndarray, schedule: list[int], n_layer: int, head_cost: float, check_cost: float
+) -> float:
+    """Expected cost per token in layer units: layers run, the full head when no exit, checks."""
+    n = z.shape[0]
+    cost = np.zeros(n)
+    running = np.ones(n, bool)
+    for layer in schedule:
+        cost[running] += check_cost
+        hit = running & (z[:, layer] > thr[layer])
+        cost[hit] += layer + 1
+        running &= ~hit
+    cost[running] += n_layer + head_cost
+    return float(cost.mean())
+
+
+def choose_schedule(z, y, thr, n_layer: int, head_cost: float, check_cost: float) -> list[int]:  # type: ignore[no-untyped-def]
+    """Drop layers whose checks cost more than their exits save (greedy backward elimination)."""
+    schedule = [layer for layer in range(n_layer) if np.isfinite(thr[layer])]
+    best = step_cost(z, y, thr, schedule, n_layer, head_cost, check_cost)
+    improved = True
+    while improved and schedule:
+        improved = False
+        for layer in list(schedule):
+            trial = [x for x in schedule if x != layer]
+            c = step_cost(z, y, thr, trial, n_layer, head_cost, check_cost)
+            if c < best - 1e-9:
+                best, schedule, improved = c, trial, True
+    return schedule
+
+
+def fit_predictors(
+    data: ExitData,
+    target_sha: str,
+    precision: float = 0.995,
+    hidden: int = 64,
+    epochs: int = 30,
+    head_cost: float = 6.0,
+    check_cost: float = 0.1,
+    heldout_frac: float = 0.3,
+) -> tuple[ExitPredictors, dict]:
+    t0 = time.monotonic()
+    n_layer, k = data.rec.shape[1], data.rec.shape[2]
+    x, y = features(data.rec), data.labels
+    seqs = np.unique(data.seq)
+    rng = np.random.default_rng(0)
+    held = set(rng.choice(seqs, size=max(1, int(len(seqs) * heldout_frac)), replace=False).tolist())
+    is_held = np.array([s in held for s in data.seq])
+    preds = train_mlps(x[~is_held], y[~is_held], hidden=hidden, epochs=epochs)
+    z_cal = predictor_logits(preds, x[is_held])
+    thr = calibrate(z_cal, y[is_held], precision)
+    schedule = choose_schedule(z_cal, y[is_held], thr, n_layer, head_cost, check_cost)
+    sim = simulate(z_cal, y[is_held], thr, schedule, n_layer)
+    out = ExitPredictors(k, n_layer, target_sha)
+    for layer in schedule:
+        pr = preds[layer]
+        pr.threshold = float(thr[layer])
+        out.layers[layer] = pr
+    in_cands = (data.cands == data.token[:, None]).any(-1)
+    first_settled = np.where(y.any(1), y.argmax(1), n_layer)
+    metrics = {
+        "steps": len(data.token),
+        "heldout_steps": int(is_held.sum()),
+        "candidate_hit_rate": round(float(in_cands.mean()), 4),
+        "oracle_mean_layers": round(float(np.where(y.any(1), first_settled + 1, n_layer).mean()), 2),
+        "schedule": schedule,
+        "heldout_exit_rate": round(sim["exit_rate"], 4),
+        "heldout_precision": round(sim["precision"], 4),
+        "heldout_mean_layers": round(sim["mean_layers"], 2),
+        "precision_target": precision,
+        "hidden": hidden,
+        "epochs": epochs,
+        "fit_wall_s": round(time.monotonic() - t0, 1),
+    }
+    out.metadata = metrics
+    return out, metrics
+
+
+def write_manifest_entry(manifest_path: Path, entry: dict) -> None:
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest["exits"] = entry
+    write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
