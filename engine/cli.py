@@ -176,6 +176,36 @@ def cmd_train_eagle(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_exits(args: argparse.Namespace) -> int:
+    try:
+        from engine.train.exits import train_exits
+    except ImportError as exc:
+        print(
+            f"specee train needs the optional training extra ({exc.name} is missing): pip install -e '.[train]'", file=sys.stderr
+        )
+        return 2
+    from engine.models.acceleration import AccelerationError, find_pack
+
+    model = resolve_model(args.model)
+    head = Path(args.head) if args.head else None
+    if head is None:
+        pack = find_pack(model)
+        head = pack.eagle_head if pack else None
+    if head is None:
+        print(f"specee: {model.name} has no EAGLE head; train one first: specee train eagle --model {model}", file=sys.stderr)
+        return 2
+    try:
+        entry = train_exits(
+            model, head, Path(args.out), Path(args.prompts), args.first_prompt, args.n_prompts, args.max_new,
+            args.precision, Path(args.work) if args.work else None, args.threads, args.epochs,
+        )  # fmt: skip
+    except AccelerationError as exc:
+        print(f"specee: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in entry.items() if k != "command"}, indent=1))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specee", description="SpecEE Chat command-line tool")
     parser.add_argument("--version", action="version", version=f"specee-chat {__version__}")
@@ -189,12 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int, default=-1)
     chat.add_argument("--ctx", type=int, default=4096)
     chat.add_argument("--threads", type=int, default=0)
-    chat.add_argument("--mode", default="auto", choices=["auto", "vanilla", "eagle"], help="acceleration mode")
+    chat.add_argument("--mode", default="auto", choices=["auto", "vanilla", "eagle", "specee"], help="acceleration mode")
     chat.set_defaults(func=cmd_chat)
 
     bench = sub.add_parser("bench", help="measure decode/prefill speed per acceleration mode")
     bench.add_argument("--model", help="GGUF path or registered model id (default: the default model)")
-    bench.add_argument("--modes", default="vanilla", help="comma-separated: vanilla, eagle, auto, upstream")
+    bench.add_argument(
+        "--modes", default="vanilla", help="comma-separated: vanilla, eagle, eagle:N, specee, specee:check, auto, upstream"
+    )
     bench.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/dev.jsonl"))
     bench.add_argument("--max-tokens", type=int, default=64)
     bench.add_argument("--warmup", type=int, default=2)
@@ -225,6 +257,19 @@ def build_parser() -> argparse.ArgumentParser:
     eagle.add_argument("--work", help="folder for data shards and checkpoints (resumable)")
     eagle.add_argument("--time-budget", type=float, default=0.0, help="stop training after this many seconds")
     eagle.set_defaults(func=cmd_train_eagle)
+    exits = train_sub.add_parser("exits", help="SpecEE exit predictors: data from the engine, training, calibration, export")
+    exits.add_argument("--model", help="target GGUF (default: the default model)")
+    exits.add_argument("--head", help="EAGLE head GGUF (default: the one installed for the model)")
+    exits.add_argument("--out", required=True, help="predictor GGUF to write; its entry goes into manifest.json beside it")
+    exits.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/train.jsonl"))
+    exits.add_argument("--first-prompt", type=int, default=0, help="skip the first N (shuffled) prompts, e.g. the head's")
+    exits.add_argument("--n-prompts", type=int, default=0, help="use only N prompts (0 = all after --first-prompt)")
+    exits.add_argument("--max-new", type=int, default=96, help="answer tokens recorded per prompt")
+    exits.add_argument("--precision", type=float, default=0.995, help="exit precision the thresholds are calibrated for")
+    exits.add_argument("--epochs", type=int, default=30)
+    exits.add_argument("--threads", type=int, default=0)
+    exits.add_argument("--work", help="folder for the recorded data (resumable)")
+    exits.set_defaults(func=cmd_train_exits)
 
     doctor = sub.add_parser("doctor", help="print hardware, native build and model status")
     doctor.add_argument("--json", action="store_true")

@@ -184,8 +184,10 @@ class WorkerClient:
         mode: str = "vanilla",
         timeout: float = 300.0,
         n_draft: int = 0,
+        exit_check_every: int = 0,
+        exit_fill: bool = True,
     ) -> p.Loaded:
-        self.send(p.Load(str(model_path), placement or p.Placement(), mode, n_draft))
+        self.send(p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill))
         loaded = self.wait_for(p.Loaded, timeout=timeout)
         assert isinstance(loaded, p.Loaded)
         return loaded

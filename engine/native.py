@@ -75,6 +75,7 @@ def lib() -> ctypes.CDLL:
         "specee_ee_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
         "specee_ee_step": ([vp, vp, ctypes.POINTER(i32), f32p, ctypes.POINTER(i32), ctypes.POINTER(EeStats)], i32),
         "specee_ee_reset_stats": ([vp], None),
+        "specee_ee_set_fill": ([vp, ctypes.c_bool], None),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(handle, name)

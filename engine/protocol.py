@@ -107,6 +107,9 @@ class Load(Message):
     placement: Placement = field(default_factory=Placement)
     mode: str = "vanilla"
     n_draft: int = 0  # eagle chain length; 0 = the head's trained default
+    # specee: also run full depth on every Nth step to measure exit precision (bench; 0 = off)
+    exit_check_every: int = 0
+    exit_fill: bool = True  # specee: write skipped layers' K/V at an exit (False only to measure its worth)
 
 
 @dataclass

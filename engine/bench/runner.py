@@ -57,6 +57,8 @@ class ModeReport:
             values = [s.accel[key] for s in self.samples if key in s.accel]
             if values:
                 out[f"{key}_median"] = _median(values)
+        if self.mode.startswith("specee"):
+            out.update(_specee_summary(self.samples))
         if self.head_eval:
             out["head_dev_eval"] = self.head_eval
         if reference is not None:
@@ -68,7 +70,51 @@ class ModeReport:
             out["decode_speedup_vs_vanilla_median"] = _median(ratios)
             out["identical_to_vanilla"] = f"{sum(same)}/{len(same)}"
             out["mismatched_prompts"] = mismatched
+            pairs = [(s.tokens, ref[s.prompt_id].tokens) for s in self.samples if s.prompt_id in ref]
+            prefixes = [_common_prefix(a, b) for a, b in pairs]
+            out["common_prefix_tokens_mean"] = round(statistics.mean(prefixes), 1) if prefixes else 0.0
+            n_pos = sum(max(len(a), len(b)) for a, b in pairs)
+            out["token_agreement"] = round(sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False)) / max(n_pos, 1), 4)
         return out
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _specee_summary(samples: list[Sample]) -> dict:
+    """Totals over all prompts, weighted by steps (a per-prompt median would hide short answers)."""
+    acc = [s.accel for s in samples if s.accel.get("steps")]
+    steps = sum(a["steps"] for a in acc)
+    if not steps:
+        return {}
+
+    def total(key: str) -> float:
+        return sum(a.get(key, 0.0) * a["steps"] for a in acc)
+
+    n_layer = acc[0]["n_layer"]
+    hist = [sum(a["exit_hist"][i] for a in acc) for i in range(n_layer + 1)]
+    out = {
+        "specee_steps": steps,
+        "exit_rate": round(total("exit_rate") / steps, 4),
+        "mean_layers": round(total("mean_layers") / steps, 2),
+        "n_layer": n_layer,
+        "cand_hit_rate": round(total("cand_hit_rate") / steps, 4),
+        "target_ms_per_step": round(total("target_ms_per_step") / steps, 3),
+        "draft_ms_per_step": round(total("draft_ms_per_step") / steps, 3),
+        "exit_hist": hist,
+    }
+    shadow_exits = sum(a.get("shadow_exits", 0) for a in acc)
+    if shadow_exits:
+        correct = sum(a.get("exit_precision", 0.0) * a.get("shadow_exits", 0) for a in acc)
+        out["exit_precision"] = round(correct / shadow_exits, 4)
+        out["exit_precision_checked_exits"] = shadow_exits
+    return out
 
 
 def _median(values: list[float]) -> float:
@@ -94,11 +140,17 @@ def run_bench(
                 raise SystemExit("mode 'upstream' needs --upstream-python (make upstream builds .venv-upstream)")
             client = WorkerClient(python=python)
             ready = client.start()
-            # "eagle:2" = eagle with a 2-token draft chain
-            worker_mode, _, n_draft = ("vanilla" if mode == UPSTREAM else mode).partition(":")
-            client.load(model_path, p.Placement(n_ctx=n_ctx, n_threads=n_threads), mode=worker_mode, n_draft=int(n_draft or 0))
+            # "eagle:2" = eagle with a 2-token draft chain; "specee:check" = specee that also runs
+            # full depth on every step to measure exit precision (same text, slower);
+            # "specee:nofill" = skipped layers' K/V left unwritten (what the fill is worth)
+            worker_mode, _, opt = ("vanilla" if mode == UPSTREAM else mode).partition(":")
+            n_draft = int(opt) if worker_mode == "eagle" and opt else 0
+            check = 1 if worker_mode == "specee" and opt == "check" else 0
+            placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads)
+            fill = not (worker_mode == "specee" and opt == "nofill")
+            client.load(model_path, placement, mode=worker_mode, n_draft=n_draft, exit_check_every=check, exit_fill=fill)
             clients[mode], reports[mode] = client, ModeReport(mode, ready.native)
-            if mode.startswith("eagle"):
+            if mode.startswith(("eagle", "specee")):
                 pack = find_pack(Path(model_path))
                 reports[mode].head_eval = pack.manifest.get("eagle", {}).get("dev_eval", {}) if pack else {}
         sampling = p.Sampling.greedy(max_tokens)
@@ -148,11 +200,25 @@ def print_report(report: dict) -> None:
             print(f"  acceptance length {m['acceptance_length_median']:.2f} tok/step, accept {m['accept_rate_median']:.2f};"
                   f" per step: draft {m['draft_ms_per_step_median']:.1f} ms, verify {m['verify_ms_per_step_median']:.1f} ms,"
                   f" feed {m['feed_ms_per_step_median']:.1f} ms")  # fmt: skip
+        if "exit_rate" in m:
+            _print_specee(m)
+        if "token_agreement" in m and m["mode"].startswith("specee"):
+            agree, prefix = m["token_agreement"], m["common_prefix_tokens_mean"]
+            print(f"  agreement with vanilla: {agree:.1%} of tokens, common prefix {prefix:.1f} tokens")
         if m.get("head_dev_eval"):
             ev = m["head_dev_eval"]
             print(f"  head (offline, dev prompts): top-1 {ev.get('top1', 0):.3f}, top-4 {ev.get('top4', 0):.3f}")
         if m.get("mismatched_prompts"):
             print(f"  output differs from vanilla on: {', '.join(m['mismatched_prompts'])}")
+
+
+def _print_specee(m: dict) -> None:
+    print(f"  exits {m['exit_rate']:.1%} of steps, mean layers {m['mean_layers']:.1f}/{m['n_layer']},"
+          f" candidate hit {m['cand_hit_rate']:.1%}")  # fmt: skip
+    print(f"  per step: target {m['target_ms_per_step']:.2f} ms, draft {m['draft_ms_per_step']:.2f} ms")
+    if "exit_precision" in m:
+        n = m["exit_precision_checked_exits"]
+        print(f"  exit precision {m['exit_precision']:.2%} over {n} exits checked at full depth")
 
 
 def write_report(report: dict, path: str | Path) -> None:

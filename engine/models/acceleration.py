@@ -37,6 +37,11 @@ class AccelerationPack:
         name = self.manifest.get("eagle", {}).get("file")
         return self.folder / name if name else None
 
+    @property
+    def exit_predictors(self) -> Path | None:
+        name = self.manifest.get("exits", {}).get("file")
+        return self.folder / name if name else None
+
 
 def search_dirs() -> list[Path]:
     """Shipped weights (SPECEE_SHIPPED_ACCEL_DIR overrides: installers, tests), then user-trained."""

@@ -39,14 +39,32 @@ class ExitData:
         return best == self.token[:, None]
 
 
+N_FEATURES = 12  # native/src/specee.h SPECEE_EE_N_FEATURES
+
+
 def features(rec: np.ndarray) -> np.ndarray:
-    """[steps, n_layer, 3k]: logits, softmax, softmax change since the previous layer (as the
-    native predict_exit computes them; layer 0 compares with the uniform distribution)."""
-    z = rec - rec.max(-1, keepdims=True)
-    sm = np.exp(z)
-    sm /= sm.sum(-1, keepdims=True)
-    prev = np.concatenate([np.full_like(sm[:, :1], 1.0 / sm.shape[-1]), sm[:, :-1]], axis=1)
-    return np.concatenate([rec, sm, sm - prev], axis=-1).astype(np.float32)
+    """[steps, n_layer, 12], as native/src/early-exit.cpp exit_features computes them: top-4
+    logits, their softmax over all candidates, the top token's probability change since the
+    previous layer and whether it was already on top, top-1/top-2 margin, growth of the top logit."""
+    rec = rec.astype(np.float32)
+    steps, n_layer, k = rec.shape
+    order = np.argsort(-rec, axis=-1, kind="stable")[..., :4]
+    if k < 4:
+        order = np.concatenate([order, np.repeat(order[..., -1:], 4 - k, axis=-1)], axis=-1)
+    z = np.exp(rec - rec.max(-1, keepdims=True))
+    pr = z / z.sum(-1, keepdims=True)
+    prev = np.concatenate([np.full_like(pr[:, :1], 1.0 / k), pr[:, :-1]], axis=1)
+    top = np.take_along_axis(rec, order, -1)
+    f = np.zeros((steps, n_layer, N_FEATURES), np.float32)
+    f[..., 0:4] = top
+    f[..., 4:8] = np.take_along_axis(pr, order, -1)
+    i1 = order[..., :1]
+    f[..., 8] = np.take_along_axis(pr, i1, -1)[..., 0] - np.take_along_axis(prev, i1, -1)[..., 0]
+    prev_arg = rec[:, :-1].argmax(-1)
+    f[:, 1:, 9] = (prev_arg == i1[:, 1:, 0]).astype(np.float32)
+    f[..., 10] = top[..., 0] - top[..., 1] if k > 1 else 0.0
+    f[:, 1:, 11] = top[:, 1:, 0] - rec[:, :-1].max(-1)
+    return f
 
 
 def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work: Path, max_new: int, n_threads: int) -> ExitData:
@@ -238,8 +256,13 @@ def fit_predictors(
     head_cost: float = 6.0,
     check_cost: float = 0.1,
     heldout_frac: float = 0.3,
+    n_cand: int = 0,
 ) -> tuple[ExitPredictors, dict]:
+    """n_cand > 0 keeps only the head's first n_cand candidates of the recording (they are stored
+    in the head's rank order), so one recording serves every candidate count."""
     t0 = time.monotonic()
+    if n_cand:
+        data = ExitData(data.rec[:, :, :n_cand], data.cands[:, :n_cand], data.token, data.seq)
     n_layer, k = data.rec.shape[1], data.rec.shape[2]
     x, y = features(data.rec), data.labels
     seqs = np.unique(data.seq)
@@ -280,3 +303,54 @@ def write_manifest_entry(manifest_path: Path, entry: dict) -> None:
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     manifest["exits"] = entry
     write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
+
+
+def train_exits(
+    model: Path,
+    head: Path,
+    out: Path,
+    prompts_file: Path,
+    first_prompt: int = 0,
+    n_prompts: int = 0,
+    max_new: int = 96,
+    precision: float = 0.995,
+    work: Path | None = None,
+    n_threads: int = 0,
+    epochs: int = 30,
+) -> dict:
+    """Data from the engine + per-layer MLPs + thresholds + schedule -> out (GGUF) and the
+    `exits` entry of manifest.json beside it. Prompts are shuffled as the EAGLE trainer does, so
+    first_prompt can skip the ones the head was trained on."""
+    import random
+    import shlex
+    import sys
+
+    from engine.bench.prompts import load_prompts
+    from engine.hardware import physical_cores
+    from engine.models.acceleration import check_eagle_head, model_sha256
+    from engine.models.exit_predictors import save_predictors
+    from engine.paths import cache_dir
+
+    check_eagle_head(head, model)
+    sha = model_sha256(model)
+    work = work or cache_dir() / "train" / f"exits-{sha[:16]}"
+    prompts = load_prompts(prompts_file)
+    random.Random(0).shuffle(prompts)
+    prompts = prompts[first_prompt : first_prompt + n_prompts if n_prompts else None]
+    t0 = time.monotonic()
+    data = collect(model, head, prompts, work, max_new, n_threads or physical_cores())
+    t_data = time.monotonic() - t0
+    preds, metrics = fit_predictors(data, sha, precision=precision, epochs=epochs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_predictors(preds, out)
+    entry = {
+        "file": out.name,
+        "n_cand": preds.n_cand,
+        "head": head.name,
+        "prompts": len(prompts),
+        "data_wall_s": round(t_data, 1),
+        **metrics,
+        "command": "specee " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    }
+    write_manifest_entry(out.parent / "manifest.json", entry)
+    return entry

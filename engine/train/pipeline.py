@@ -69,7 +69,13 @@ def train_eagle(
         t2d[head.d2t] = torch.arange(len(head.d2t))
         metrics = evaluate(head, load_sequences(work / "dev-data"), steps, t2d)
     command = "specee " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
+    manifest_path = out.parent / "manifest.json"
+    previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    if previous.get("target_sha256") != sha:
+        previous = {}
+    previous.pop("exits", None)  # predictors belong to the old head's candidates: retrain them
     manifest = {
+        **previous,
         "target_model": model.name,
         "target_sha256": sha,
         "eagle": {
@@ -93,5 +99,5 @@ def train_eagle(
     export_head(
         head, str(model), sha, out, training_json=json.dumps({k: v for k, v in manifest["eagle"].items() if k != "history"})
     )
-    write_text_atomic(out.parent / "manifest.json", json.dumps(manifest, indent=1))
+    write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
     return manifest

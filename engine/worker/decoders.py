@@ -168,15 +168,18 @@ class SpecEEDecoder(EagleDecoder):
         exits: bool = True,
         force_layer: int = -1,
         shadow_every: int = 0,
+        fill: bool = True,
+        n_cand: int = 32,
     ) -> None:
         super().__init__(llm, head_path, 1, n_threads)
-        self.n_cand = predictors.n_cand if predictors else 4
+        self.n_cand = predictors.n_cand if predictors else n_cand
         self._ee = self.lib.specee_ee_init(self._eagle, self.n_cand)
         if not self._ee:
             msg = self.lib.specee_last_error().decode()
             super().close()
             raise RuntimeError(msg)
         self.n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
+        self.lib.specee_ee_set_fill(self._ee, fill)
         self.exits, self.force_layer, self.shadow_every = exits, force_layer, shadow_every
         if predictors:
             for layer, pr in predictors.layers.items():
@@ -235,6 +238,7 @@ class SpecEEDecoder(EagleDecoder):
         st = self._ee_stats
         steps = max(st.n_steps, 1)
         out: dict[str, Any] = {
+            "steps": st.n_steps,
             "exit_rate": st.n_exits / steps,
             "mean_layers": st.n_layers_run / steps,
             "n_layer": self.n_layer,

@@ -19,16 +19,17 @@ from engine.atomic import write_text_atomic
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, model_sha256
+from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import cache_dir
 from engine.worker.chat_prompt import ChatPrompt
-from engine.worker.decoders import Decoder, EagleDecoder, VanillaDecoder
+from engine.worker.decoders import Decoder, EagleDecoder, SpecEEDecoder, VanillaDecoder
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
 CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
 CALIBRATION_TOKENS = 48
-MODES = ("auto", "vanilla", "eagle")
+MODES = ("auto", "vanilla", "eagle", "specee")
 
 
 class LoadError(Exception):
@@ -47,6 +48,10 @@ class Session:
         self.n_threads = placement.n_threads or physical_cores()
         if not 0 <= load.n_draft <= 16:
             raise LoadError("bad_settings", f"draft chain length must be 0 (the head's default) to 16, got {load.n_draft}")
+        if not 0 <= load.exit_check_every <= 1_000_000:
+            raise LoadError(
+                "bad_settings", f"exit_check_every must be 0 (off) or a positive step count, got {load.exit_check_every}"
+            )
         if load.mode not in MODES:
             raise LoadError("bad_settings", f"unknown acceleration mode {load.mode!r}; choose one of {', '.join(MODES)}")
         try:
@@ -88,58 +93,88 @@ class Session:
         )
 
     def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
-        """`auto` takes EAGLE when weights for this exact model are installed, else vanilla."""
+        """`auto` measures the accelerated modes this model has weights for against vanilla, once
+        per machine, and keeps the fastest; an explicit mode without its weights is an error."""
         if load.mode == "vanilla":
             return "vanilla", VanillaDecoder(self.llm)
         model_path = Path(load.model_path)
         pack = find_pack(model_path)
         head = pack.eagle_head if pack else None
-        if head is None:
+        exits = pack.exit_predictors if pack else None
+        if head is None or (load.mode == "specee" and exits is None):
             if load.mode == "auto":
+                self.mode_reason = "auto: no acceleration weights are installed for this model; using vanilla"
                 return "vanilla", VanillaDecoder(self.llm)
+            what = "EAGLE head" if head is None else "SpecEE exit predictors"
+            cmd = "eagle" if head is None else "exits"
             raise LoadError(
                 "no_acceleration",
-                f"No EAGLE head is installed for {model_path.name}. Train one with "
-                f"`specee train eagle --model {model_path}`, or use vanilla mode.",
+                f"No {what} is installed for {model_path.name}. Train it with "
+                f"`specee train {cmd} --model {model_path}`, or use vanilla mode.",
             )
+        makers = {"eagle": lambda: self._eagle_decoder(load, pack, head)}
+        if exits is not None:
+            makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load.exit_check_every, load.exit_fill)
+        if load.mode in ("eagle", "specee"):
+            return load.mode, makers[load.mode]()
+        choice = self._auto_choice(model_path, pack, makers)
+        return choice, makers[choice]() if choice != "vanilla" else VanillaDecoder(self.llm)
+
+    def _eagle_decoder(self, load: p.Load, pack, head: Path) -> EagleDecoder:  # type: ignore[no-untyped-def]
         try:
-            check_eagle_head(head, model_path)
-            n_draft = load.n_draft or (int(pack.manifest.get("eagle", {}).get("n_draft", 3)) if pack else 3)
-            eagle = EagleDecoder(self.llm, head, n_draft, self.n_threads)
+            check_eagle_head(head, Path(load.model_path))
+            n_draft = load.n_draft or int(pack.manifest.get("eagle", {}).get("n_draft", 3))
+            return EagleDecoder(self.llm, head, n_draft, self.n_threads)
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:
             raise LoadError("bad_head", f"the EAGLE head {head.name} could not be used: {exc}") from exc
-        if load.mode == "eagle":
-            return "eagle", eagle
-        choice = self._auto_choice(model_path, head, eagle)
-        if choice["mode"] == "eagle":
-            return "eagle", eagle
-        eagle.close()
-        return "vanilla", VanillaDecoder(self.llm)
 
-    def _auto_choice(self, model_path: Path, head: Path, eagle: EagleDecoder) -> dict:
-        """Speculation pays only where a verify batch is cheap relative to one token (GPUs, larger
-        models); on small CPUs it can lose. Measure both once per machine, model, head and threads."""
+    def _specee_decoder(
+        self, model_path: Path, head: Path, exits: Path, check_every: int = 0, fill: bool = True
+    ) -> SpecEEDecoder:
+        try:
+            check_eagle_head(head, model_path)
+            preds = load_predictors(exits, model_path)
+            return SpecEEDecoder(self.llm, head, preds, self.n_threads, shadow_every=check_every, fill=fill)
+        except AccelerationError as exc:
+            raise LoadError(exc.kind, str(exc)) from exc
+        except RuntimeError as exc:
+            raise LoadError("bad_predictors", f"SpecEE could not start with {exits.name}: {exc}") from exc
+
+    def _auto_choice(self, model_path: Path, pack, makers: dict) -> str:  # type: ignore[no-untyped-def]
+        """Acceleration pays only where its overheads are small against one token (it depends on
+        the CPU/GPU, threads and model); measure every candidate once per machine and weights."""
         hw = detect_hardware()
-        st = head.stat()
-        key = f"{model_sha256(model_path)}|{head.name}|{st.st_size}|{st.st_mtime_ns}|{hw.cpu_model}|{self.n_threads}"
+        stamps = []
+        for f in sorted(pack.folder.iterdir()):
+            st = f.stat()
+            stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+        key = f"{model_sha256(model_path)}|{','.join(stamps)}|{hw.cpu_model}|{self.n_threads}"
         cache_file = cache_dir() / "auto-mode.json"
         try:
             cache = json.loads(cache_file.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             cache = {}
         if key not in cache:
-            speeds = self._calibrate({"vanilla": VanillaDecoder(self.llm), "eagle": eagle})
-            mode = "eagle" if speeds["eagle"] > speeds["vanilla"] * 1.03 else "vanilla"
-            cache[key] = {"mode": mode, **speeds}
+            decoders: dict[str, Decoder] = {"vanilla": VanillaDecoder(self.llm)}
+            try:
+                for name, make in makers.items():
+                    decoders[name] = make()
+                speeds = self._calibrate(decoders)
+            finally:
+                for name, dec in decoders.items():
+                    if name != "vanilla":
+                        dec.close()
+            best = max(speeds, key=lambda m: speeds[m])
+            mode = best if speeds[best] > speeds["vanilla"] * 1.03 else "vanilla"
+            cache[key] = {"mode": mode, "speeds": speeds}
             write_text_atomic(cache_file, json.dumps(cache, indent=1))
         c = cache[key]
-        self.mode_reason = (
-            f"auto: measured here eagle {c['eagle']:.0f} tok/s vs vanilla {c['vanilla']:.0f} tok/s "
-            f"({c['eagle'] / max(c['vanilla'], 1e-9):.2f}x); using {c['mode']}"
-        )
-        return c
+        v = c["speeds"]["vanilla"]
+        parts = ", ".join(f"{m} {s:.0f} tok/s ({s / max(v, 1e-9):.2f}x)" for m, s in c["speeds"].items())
+        self.mode_reason = f"auto: measured here {parts}; using {c['mode']}"
+        return c["mode"]
 
     def _calibrate(self, decoders: dict[str, Decoder]) -> dict[str, float]:
         budget = self.llm.n_ctx() // 2

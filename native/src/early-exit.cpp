@@ -74,6 +74,7 @@ struct specee_ee {
     int32_t force_layer = -1;
     int32_t shadow_every = 0;
     float temperature = 0.0f;
+    bool fill = true;
     std::mt19937 rng{1234};
 
     specee_exit_build * graph = nullptr;  // the graph built for this object, if any
@@ -131,6 +132,34 @@ bool wants_check(const specee_ee * x, int layer) {
     return x->exits && x->pred[layer].present;
 }
 
+// The predictor's 12 features from the candidates' logits at this layer (l) and the previous one
+// (lp, null at layer 0): top-4 logits, their softmax probabilities over all candidates, the top
+// token's probability change and whether it was already on top, the top-1/top-2 margin, and how
+// much the top logit grew. engine/train/exits.py:features mirrors this exactly.
+void exit_features(const float * l, const float * lp, int k, float * f) {
+    std::vector<int> order(k);
+    for (int i = 0; i < k; ++i) {
+        order[i] = i;
+    }
+    const int top = std::min(4, k);
+    std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int a, int b) { return l[a] > l[b]; });
+    std::vector<float> pr(k), pp(k, 1.0f / (float) k);
+    softmax(l, pr.data(), k);
+    if (lp != nullptr) {
+        softmax(lp, pp.data(), k);
+    }
+    for (int i = 0; i < 4; ++i) {
+        const int j = order[std::min(i, top - 1)];
+        f[i] = l[j];
+        f[4 + i] = pr[j];
+    }
+    const int i1 = order[0];
+    f[8] = pr[i1] - pp[i1];
+    f[9] = lp != nullptr && (int) (std::max_element(lp, lp + k) - lp) == i1 ? 1.0f : 0.0f;
+    f[10] = top > 1 ? l[i1] - l[order[1]] : 0.0f;
+    f[11] = lp != nullptr ? l[i1] - *std::max_element(lp, lp + k) : 0.0f;
+}
+
 // Predictor verdict for candidate logits l (this layer) and lp (previous layer, may be null).
 bool predict_exit(const specee_ee * x, int layer, const float * l, const float * lp) {
     if (x->force_layer >= 0) {
@@ -140,24 +169,13 @@ bool predict_exit(const specee_ee * x, int layer, const float * l, const float *
     if (!p.present) {
         return false;
     }
-    const int k = x->n_cand;
-    float f[3 * 16];
-    std::copy(l, l + k, f);
-    softmax(l, f + k, k);
-    if (lp != nullptr) {
-        softmax(lp, f + 2 * k, k);
-    } else {
-        std::fill(f + 2 * k, f + 3 * k, 1.0f / (float) k);
-    }
-    for (int i = 0; i < k; ++i) {
-        f[2 * k + i] = f[k + i] - f[2 * k + i];
-    }
-    const int nf = 3 * k;
+    float f[SPECEE_EE_N_FEATURES];
+    exit_features(l, lp, x->n_cand, f);
     float z = p.b2;
     for (int h = 0; h < p.n_hidden; ++h) {
-        const float * w = p.w1.data() + (size_t) h * nf;
+        const float * w = p.w1.data() + (size_t) h * SPECEE_EE_N_FEATURES;
         float a = p.b1[h];
-        for (int i = 0; i < nf; ++i) {
+        for (int i = 0; i < SPECEE_EE_N_FEATURES; ++i) {
             a += w[i] * f[i];
         }
         if (a > 0.0f) {
@@ -217,11 +235,11 @@ bool eval_callback(ggml_tensor * t, bool ask, void * /*user_data*/) {
     x->exit_token = choose_candidate(x, x->l_cur.data());
     x->h_exit.resize(x->n_embd);
     ggml_backend_tensor_get(b.h_out[role], x->h_exit.data(), 0, sizeof(float) * x->n_embd);
-    if (role + 1 < x->n_layer) {
+    if (role + 1 < x->n_layer && x->fill) {
         ggml_backend_tensor_copy(b.h_out[role], b.h_exit);
         ggml_backend_sched_eval_jump(sched, b.fill_first[role + 1]);
     } else {
-        ggml_backend_sched_eval_jump(sched, nullptr);  // last layer: only the lm_head is skipped
+        ggml_backend_sched_eval_jump(sched, nullptr);  // last layer (or no fill): stop here
     }
     return false;
 }
@@ -337,8 +355,8 @@ specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {
         specee_error_msg = "early exit supports llama-architecture models only";
         return nullptr;
     }
-    if (n_cand < 1 || n_cand > 16) {
-        specee_error_msg = "n_cand must be between 1 and 16";
+    if (n_cand < 2 || n_cand > 256) {
+        specee_error_msg = "n_cand must be between 2 and 256";
         return nullptr;
     }
     if (llama_model_n_layer(&model) > SPECEE_EE_MAX_LAYERS || model.output == nullptr) {
@@ -380,7 +398,7 @@ int32_t specee_ee_set_predictor(specee_ee * x, int32_t layer, int32_t n_hidden, 
         specee_error_msg = "bad predictor (layer out of range or missing weights)";
         return -1;
     }
-    const int nf = 3 * x->n_cand;
+    const int nf = SPECEE_EE_N_FEATURES;
     predictor & p = x->pred[layer];
     p.present = true;
     p.n_hidden = n_hidden;
@@ -405,6 +423,10 @@ void specee_ee_configure(specee_ee * x, bool exits, int32_t force_layer, int32_t
     x->shadow_every = std::max(0, shadow_every);
     x->temperature = temperature;
     x->rng.seed(seed);
+}
+
+void specee_ee_set_fill(specee_ee * x, bool fill) {
+    x->fill = fill;
 }
 
 llama_token specee_ee_prefill(specee_ee * x, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,

@@ -59,6 +59,7 @@ LLAMA_API void    specee_eagle_reset_stats(struct specee_eagle * e);
 // exit state, and the token is taken among the candidates. No lm_head runs at an exit.
 
 #define SPECEE_EE_MAX_LAYERS 128
+#define SPECEE_EE_N_FEATURES 12  // predictor inputs (early-exit.cpp exit_features)
 
 struct specee_ee;
 
@@ -74,13 +75,14 @@ struct specee_ee_stats {
     double  t_draft_ms, t_target_ms, t_other_ms;
 };
 
-// Bind early exit to an EAGLE pair (the head drafts the candidates). NULL on error.
+// Bind early exit to an EAGLE pair: the head's top n_cand tokens are the candidates (an exit may
+// pick any of them). NULL on error.
 LLAMA_API struct specee_ee * specee_ee_init(struct specee_eagle * e, int32_t n_cand);
 LLAMA_API void specee_ee_free(struct specee_ee * x);
 
-// Predictor for exits after layer `layer`: z = w2 . relu(W1 f + b1) + b2 with f the 3*n_cand
-// features (candidate logits, their softmax, and its change since the previous layer); exit when
-// z > threshold. W1 is [n_hidden x 3*n_cand], row-major. Returns 0, or -1 on bad arguments.
+// Predictor for exits after layer `layer`: z = w2 . relu(W1 f + b1) + b2 with f the
+// SPECEE_EE_N_FEATURES features of the candidates' logits (see exit_features); exit when
+// z > threshold. W1 is [n_hidden x N_FEATURES], row-major. Returns 0, or -1 on bad arguments.
 LLAMA_API int32_t specee_ee_set_predictor(struct specee_ee * x, int32_t layer, int32_t n_hidden, const float * w1,
                                           const float * b1, const float * w2, float b2, float threshold);
 LLAMA_API void specee_ee_clear_predictors(struct specee_ee * x);
@@ -90,6 +92,10 @@ LLAMA_API void specee_ee_clear_predictors(struct specee_ee * x);
 // temperature <= 0: greedy choice among the candidates at an exit, else sample them with seed.
 LLAMA_API void specee_ee_configure(struct specee_ee * x, bool exits, int32_t force_layer, int32_t shadow_every,
                                    float temperature, uint32_t seed);
+
+// fill = false leaves the skipped layers' K/V unwritten at an exit (SpecEE's original policy;
+// only for measuring what the fill is worth). Default true.
+LLAMA_API void specee_ee_set_fill(struct specee_ee * x, bool fill);
 
 // Prompt prefill (as specee_eagle_prefill), then the first candidates.
 LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token * tokens, int32_t n_tokens,

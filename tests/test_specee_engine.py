@@ -1,0 +1,256 @@
+"""SpecEE early exit in the native engine, checked in-process against references: exits off equals
+vanilla, a forced exit emits the best candidate of that layer as numpy computes it, and the graph
+jump leaves the KV cache right for the layers that did run."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from pathlib import Path
+
+import gguf
+import llama_cpp
+import numpy as np
+import pytest
+from llama_cpp import Llama
+
+from engine import native
+from engine import protocol as p
+from engine.models.gguf_file import inspect_gguf
+from engine.paths import RESOURCES_DIR
+from engine.worker.chat_prompt import ChatPrompt
+from engine.worker.decoders import SpecEEDecoder, VanillaDecoder
+
+HEAD = RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gguf"
+QUESTIONS = ("Explain how a bicycle works.", "Write a haiku about autumn rain.", "What is 17 times 23?")
+
+
+def _llm(model_path: Path) -> Llama:
+    return Llama(model_path=str(model_path), n_ctx=1024, n_batch=512, n_threads=2, n_threads_batch=2, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def llm(model_path: Path) -> Llama:
+    m = _llm(model_path)
+    yield m
+    m.close()
+
+
+def _tokens(llm: Llama, model_path: Path, text: str) -> list[int]:
+    chat = ChatPrompt.for_model(llm, inspect_gguf(model_path).chat_template)
+    return chat.fit([{"role": "user", "content": text}], 512).tokens
+
+
+def _take(stream, n: int) -> list[int]:  # type: ignore[no-untyped-def]
+    out = []
+    for tok in stream:
+        out.append(tok)
+        if len(out) >= n:
+            break
+    stream.close()
+    return out
+
+
+def test_with_exits_off_specee_output_equals_vanilla(llm: Llama, model_path: Path) -> None:
+    vanilla = VanillaDecoder(llm)
+    for q in QUESTIONS:
+        tokens = _tokens(llm, model_path, q)
+        want = _take(vanilla.stream(tokens, p.Sampling.greedy(40)), 40)
+        vanilla.forget()
+        dec = SpecEEDecoder(llm, HEAD, None, 2, exits=False)
+        try:
+            assert _take(dec.stream(tokens, p.Sampling.greedy(40)), 40) == want, q
+            assert dec.accel_stats()["mean_layers"] == 30.0 and dec.accel_stats()["exit_rate"] == 0.0
+        finally:
+            dec.close()
+
+
+def _reference_candidate_logits(model_path: Path, h: np.ndarray, cands: np.ndarray) -> np.ndarray:
+    """final norm + the candidates' rows of the (tied) lm_head, in numpy from the GGUF itself."""
+    r = gguf.GGUFReader(str(model_path))
+    t = {x.name: x for x in r.tensors}
+    norm_w = np.array(t["output_norm.weight"].data, dtype=np.float32)
+    emb = t["output.weight"] if "output.weight" in t else t["token_embd.weight"]
+    rows = gguf.quants.dequantize(np.asarray(emb.data)[cands], emb.tensor_type).astype(np.float32)
+    eps = float(r.fields["llama.attention.layer_norm_rms_epsilon"].parts[-1][0])
+    x = h / np.sqrt(np.mean(h.astype(np.float64) ** 2) + eps) * norm_w
+    return rows @ x.astype(np.float32)
+
+
+@pytest.mark.parametrize("layer", [9, 21])
+def test_forced_exit_emits_the_best_candidate_of_that_layer(llm: Llama, model_path: Path, layer: int) -> None:
+    tokens = _tokens(llm, model_path, QUESTIONS[0])
+    dec = SpecEEDecoder(llm, HEAD, None, 2, force_layer=layer)
+    try:
+        run = dec._run(tokens, p.Sampling.greedy(4), record=False)
+        first, _, _ = next(run)
+        token, _, cands = next(run)
+        run.close()
+        assert dec.accel_stats()["mean_layers"] == layer + 1 and dec.accel_stats()["exit_rate"] == 1.0
+    finally:
+        dec.close()
+    # Reference: a plain context decodes the same tokens; layer `layer`'s output is the input
+    # that layer + 1 receives.
+    ref = _llm(model_path)
+    try:
+        lib = native.lib()
+        lib.specee_capture_layer_input(ref._ctx.ctx, layer + 1, True)
+        ref.eval([*tokens, first])
+        n_embd = llama_cpp.llama_model_n_embd(ref._model.model)
+        last = ref.n_tokens % ref.n_batch or ref.n_batch  # rows of the last decode batch
+        rows = np.ctypeslib.as_array(lib.specee_layer_input(ref._ctx.ctx, layer + 1), shape=(last, n_embd))
+        h = rows[-1].copy()
+    finally:
+        ref.close()
+    logits = _reference_candidate_logits(model_path, h, cands)
+    assert token == cands[int(np.argmax(logits))]
+    assert token in cands
+
+
+def test_record_mode_logits_match_the_numpy_reference(llm: Llama, model_path: Path) -> None:
+    tokens = _tokens(llm, model_path, QUESTIONS[1])
+    dec = SpecEEDecoder(llm, HEAD, None, 2)
+    try:
+        rec_run = dec.record(tokens, p.Sampling.greedy(4))
+        _tok, rec, cands = next(rec_run)
+        rec_run.close()
+        first = dec._kv[len(tokens)]  # the prefill's token, decoded by that first step
+    finally:
+        dec.close()
+    ref = _llm(model_path)
+    try:
+        lib = native.lib()
+        lib.specee_capture_layer_input(ref._ctx.ctx, 12, True)
+        ref.eval([*tokens, first])
+        last = ref.n_tokens % ref.n_batch or ref.n_batch
+        n_embd = llama_cpp.llama_model_n_embd(ref._model.model)
+        h = np.ctypeslib.as_array(lib.specee_layer_input(ref._ctx.ctx, 12), shape=(last, n_embd))[-1].copy()
+    finally:
+        ref.close()
+    np.testing.assert_allclose(rec[11], _reference_candidate_logits(model_path, h, cands), rtol=1e-3, atol=1e-3)
+
+
+def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(llm: Llama, model_path: Path) -> None:
+    """Skipping only the lm_head must not disturb any K/V: later full-depth tokens equal a plain
+    decode of the same text."""
+    tokens = _tokens(llm, model_path, QUESTIONS[2])
+    dec = SpecEEDecoder(llm, HEAD, None, 2, force_layer=29)
+    try:
+        run = dec.stream(tokens, p.Sampling.greedy(64))
+        forced = [next(run) for _ in range(6)]
+        dec.lib.specee_ee_configure(dec._ee, False, -1, 0, 0.0, 0)  # from here: full depth
+        after = [next(run) for _ in range(12)]
+        run.close()
+        assert dec.accel_stats()["exit_rate"] < 1.0
+    finally:
+        dec.close()
+    vanilla = VanillaDecoder(llm)
+    want = _take(vanilla.stream([*tokens, *forced], p.Sampling.greedy(12)), 12)
+    vanilla.forget()
+    assert after == want
+
+
+def _seq_kv_rows(ctx, pos: int) -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
+    """K and V rows (per layer, float32) of the cell at `pos` of sequence 0, parsed from
+    llama_state_seq_get_data (llama-kv-cache.cpp state_write: meta, then K rows, then V)."""
+    n = llama_cpp.llama_state_seq_get_size(ctx, 0)
+    buf = (ctypes.c_uint8 * n)()
+    assert llama_cpp.llama_state_seq_get_data(ctx, buf, n, 0) == n
+    raw, off = bytes(buf), 0
+
+    def take(fmt: str):  # type: ignore[no-untyped-def]
+        nonlocal off
+        vals = struct.unpack_from(fmt, raw, off)
+        off += struct.calcsize(fmt)
+        return vals if len(vals) > 1 else vals[0]
+
+    assert take("<I") == 1  # one stream
+    n_cells = take("<I")
+    positions = []
+    for _ in range(n_cells):
+        pos_i, n_seq = take("<iI")
+        positions.append(pos_i)
+        off += 4 * n_seq
+    cell = positions.index(pos)
+    v_trans, n_layer = take("<II")
+    f16 = int(gguf.GGMLQuantizationType.F16)
+    ks = []
+    for _ in range(n_layer):
+        k_type, row = take("<iQ")
+        assert k_type == f16
+        ks.append(np.frombuffer(raw, np.float16, row // 2, off + cell * row).astype(np.float32))
+        off += row * n_cells
+    vs = []
+    for _ in range(n_layer):
+        if v_trans:
+            v_type, el, n_embd_v = take("<iII")
+            assert v_type == f16 and el == 2
+            col = np.frombuffer(raw, np.float16, n_embd_v * n_cells, off).reshape(n_embd_v, n_cells)[:, cell]
+            vs.append(col.astype(np.float32))
+            off += el * n_embd_v * n_cells
+        else:
+            v_type, row = take("<iQ")
+            vs.append(np.frombuffer(raw, np.float16, row // 2, off + cell * row).astype(np.float32))
+            off += row * n_cells
+    assert off == len(raw)
+    return ks, vs
+
+
+def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, model_path: Path) -> None:
+    """Layers up to the exit keep exactly what a plain decode writes; every skipped layer l gets
+    V = Wv_l (rmsnorm(h_exit) * attn_norm_l), as numpy computes it from the GGUF."""
+    exit_layer = 14
+    tokens = _tokens(llm, model_path, QUESTIONS[0])
+    pos = len(tokens)  # where the first early-exit step writes
+    dec = SpecEEDecoder(llm, HEAD, None, 2, force_layer=exit_layer)
+    try:
+        run = dec._run(tokens, p.Sampling.greedy(4), record=False)
+        first, _, _ = next(run)
+        next(run)
+        run.close()
+        k_exit, v_exit = _seq_kv_rows(llm._ctx.ctx, pos)
+    finally:
+        dec.close()
+    ref = _llm(model_path)
+    try:
+        lib = native.lib()
+        lib.specee_capture_layer_input(ref._ctx.ctx, exit_layer + 1, True)
+        ref.eval([*tokens, first])
+        last = ref.n_tokens % ref.n_batch or ref.n_batch
+        n_embd = llama_cpp.llama_model_n_embd(ref._model.model)
+        h = np.ctypeslib.as_array(lib.specee_layer_input(ref._ctx.ctx, exit_layer + 1), shape=(last, n_embd))[-1].copy()
+        k_ref, v_ref = _seq_kv_rows(ref._ctx.ctx, pos)
+    finally:
+        ref.close()
+    for layer in range(exit_layer + 1):
+        np.testing.assert_array_equal(k_exit[layer], k_ref[layer])
+        np.testing.assert_array_equal(v_exit[layer], v_ref[layer])
+    r = gguf.GGUFReader(str(model_path))
+    t = {x.name: x for x in r.tensors}
+    eps = float(r.fields["llama.attention.layer_norm_rms_epsilon"].parts[-1][0])
+    hn = h / np.sqrt(np.mean(h.astype(np.float64) ** 2) + eps)
+    for layer in (exit_layer + 1, 22, 29):
+        wv = t[f"blk.{layer}.attn_v.weight"]
+        w = gguf.quants.dequantize(np.asarray(wv.data), wv.tensor_type).astype(np.float32)  # [n_embd_v, n_embd]
+        x = (hn * np.array(t[f"blk.{layer}.attn_norm.weight"].data, dtype=np.float32)).astype(np.float32)
+        np.testing.assert_allclose(v_exit[layer], w @ x, rtol=2e-2, atol=2e-2)
+        assert not np.allclose(v_exit[layer], v_ref[layer], atol=1e-3)  # the fill, not the full pass
+
+
+def test_exit_predictors_for_another_model_are_refused(tmp_path: Path, model_path: Path) -> None:
+    from engine.models.acceleration import AccelerationError
+    from engine.models.exit_predictors import ExitPredictors, LayerPredictor, load_predictors, save_predictors
+
+    preds = ExitPredictors(4, 30, "0" * 64)
+    preds.layers[20] = LayerPredictor(np.ones((8, 12), np.float32), np.zeros(8, np.float32), np.ones(8, np.float32), 0.5, 1.0)
+    path = tmp_path / "exits.gguf"
+    save_predictors(preds, path)
+    back = load_predictors(path)
+    assert back.layers[20].b2 == 0.5 and back.layers[20].w1.shape == (8, 12)
+    with pytest.raises(AccelerationError) as err:
+        load_predictors(path, model_path)
+    assert err.value.kind == "wrong_predictors" and "specee train exits" in str(err.value)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(AccelerationError) as err:
+        load_predictors(path)
+    assert err.value.kind == "bad_predictors"
