@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.worker_bridge import WorkerBridge
 from engine import protocol as p
 from engine.models.default_model import ensure_default_model
+from engine.stats_text import accel_summary
 
 
 class PromptEdit(QPlainTextEdit):
@@ -170,7 +171,9 @@ class MainWindow(QMainWindow):
             cursor.insertText(msg.text)
             self.view.ensureCursorVisible()
         elif isinstance(msg, p.Stats) and msg.request_id == self.request_id:
-            self.speed_label.setText(f"{msg.decode_tok_s:.1f} tok/s · first token {msg.ttft_ms:.0f} ms")
+            extra = accel_summary(msg.mode, msg.accel)
+            text = f"{msg.decode_tok_s:.1f} tok/s · first token {msg.ttft_ms:.0f} ms"
+            self.speed_label.setText(text + (f" · {extra}" if extra else ""))
         elif isinstance(msg, p.Notice):
             self._append_html(f"<p><i>{html.escape(msg.message)}</i></p>")
         elif isinstance(msg, p.Done) and msg.request_id == self.request_id:

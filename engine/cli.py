@@ -13,6 +13,7 @@ from engine.hashing import sha256_file
 from engine.models.default_model import DefaultModelError, ensure_default_model
 from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.models.registry import ModelRecord, ModelRegistry
+from engine.stats_text import accel_summary
 
 
 def resolve_model(spec: str | None) -> Path:
@@ -73,7 +74,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 history.pop()
                 continue
             history.append({"role": "assistant", "content": answer})
-            print(f"\n[{stats.decode_tok_s:.1f} tok/s, first token {stats.ttft_ms:.0f} ms]", file=sys.stderr)
+            extra = accel_summary(stats.mode, stats.accel)
+            print(
+                f"\n[{stats.decode_tok_s:.1f} tok/s, first token {stats.ttft_ms:.0f} ms{', ' + extra if extra else ''}]",
+                file=sys.stderr,
+            )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -76,6 +76,7 @@ def lib() -> ctypes.CDLL:
         "specee_ee_step": ([vp, vp, ctypes.POINTER(i32), f32p, ctypes.POINTER(i32), ctypes.POINTER(EeStats)], i32),
         "specee_ee_reset_stats": ([vp], None),
         "specee_ee_set_fill": ([vp, ctypes.c_bool], None),
+        "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(handle, name)

@@ -164,6 +164,8 @@ def _seq_kv_rows(ctx, pos: int) -> tuple[list[np.ndarray], list[np.ndarray]]:  #
         off += struct.calcsize(fmt)
         return vals if len(vals) > 1 else vals[0]
 
+    take("<I")  # magic
+    assert take("<i") == 0  # sequence
     assert take("<I") == 1  # one stream
     n_cells = take("<I")
     positions = []
@@ -222,19 +224,24 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, mod
         k_ref, v_ref = _seq_kv_rows(ref._ctx.ctx, pos)
     finally:
         ref.close()
-    for layer in range(exit_layer + 1):
+    # Layers up to the exit ran; layer exit+1 reads h_exit as its own input, so its fill is the
+    # full pass's own computation: all bit-identical to the plain decode.
+    for layer in range(exit_layer + 2):
         np.testing.assert_array_equal(k_exit[layer], k_ref[layer])
         np.testing.assert_array_equal(v_exit[layer], v_ref[layer])
     r = gguf.GGUFReader(str(model_path))
     t = {x.name: x for x in r.tensors}
     eps = float(r.fields["llama.attention.layer_norm_rms_epsilon"].parts[-1][0])
     hn = h / np.sqrt(np.mean(h.astype(np.float64) ** 2) + eps)
-    for layer in (exit_layer + 1, 22, 29):
+    for layer in (exit_layer + 2, 22, 29):
         wv = t[f"blk.{layer}.attn_v.weight"]
         w = gguf.quants.dequantize(np.asarray(wv.data), wv.tensor_type).astype(np.float32)  # [n_embd_v, n_embd]
         x = (hn * np.array(t[f"blk.{layer}.attn_norm.weight"].data, dtype=np.float32)).astype(np.float32)
-        np.testing.assert_allclose(v_exit[layer], w @ x, rtol=2e-2, atol=2e-2)
-        assert not np.allclose(v_exit[layer], v_ref[layer], atol=1e-3)  # the fill, not the full pass
+        want = w @ x
+        # ggml quantizes the activations to 8 bits for the matmul and stores V as f16: close,
+        # not equal; the full pass's V (what a plain decode writes) is far from both.
+        assert np.linalg.norm(v_exit[layer] - want) / np.linalg.norm(want) < 0.03, layer
+        assert np.linalg.norm(v_ref[layer] - want) / np.linalg.norm(want) > 0.2, layer
 
 
 def test_exit_predictors_for_another_model_are_refused(tmp_path: Path, model_path: Path) -> None:
@@ -242,11 +249,11 @@ def test_exit_predictors_for_another_model_are_refused(tmp_path: Path, model_pat
     from engine.models.exit_predictors import ExitPredictors, LayerPredictor, load_predictors, save_predictors
 
     preds = ExitPredictors(4, 30, "0" * 64)
-    preds.layers[20] = LayerPredictor(np.ones((8, 12), np.float32), np.zeros(8, np.float32), np.ones(8, np.float32), 0.5, 1.0)
+    preds.layers[20] = LayerPredictor(np.ones((8, 14), np.float32), np.zeros(8, np.float32), np.ones(8, np.float32), 0.5, 1.0)
     path = tmp_path / "exits.gguf"
     save_predictors(preds, path)
     back = load_predictors(path)
-    assert back.layers[20].b2 == 0.5 and back.layers[20].w1.shape == (8, 12)
+    assert back.layers[20].b2 == 0.5 and back.layers[20].w1.shape == (8, 14)
     with pytest.raises(AccelerationError) as err:
         load_predictors(path, model_path)
     assert err.value.kind == "wrong_predictors" and "specee train exits" in str(err.value)
@@ -254,3 +261,24 @@ def test_exit_predictors_for_another_model_are_refused(tmp_path: Path, model_pat
     with pytest.raises(AccelerationError) as err:
         load_predictors(path)
     assert err.value.kind == "bad_predictors"
+
+
+def test_native_predictor_features_equal_the_trainers() -> None:
+    """The trainer computes features in numpy; the engine in C++: they must agree exactly."""
+    from engine.train.exits import N_FEATURES, features
+
+    rng = np.random.default_rng(3)
+    lib = native.lib()
+    f32 = ctypes.POINTER(ctypes.c_float)
+    for k in (4, 32):
+        rec = rng.normal(0, 4, size=(5, 30, k)).astype(np.float32)
+        draft_lp = np.sort(-rng.exponential(2.0, size=(5, k)).astype(np.float32), axis=-1)[:, ::-1].copy()
+        want = features(rec, draft_lp)
+        for s in range(5):
+            for layer in (0, 1, 17, 29):
+                out = np.zeros(N_FEATURES, np.float32)
+                lp = rec[s, layer - 1].ctypes.data_as(f32) if layer else None
+                lib.specee_exit_features(
+                    rec[s, layer].ctypes.data_as(f32), lp, draft_lp[s].ctypes.data_as(f32), k, out.ctypes.data_as(f32)
+                )
+                np.testing.assert_allclose(out, want[s, layer], rtol=1e-5, atol=1e-5)

@@ -1,6 +1,6 @@
 """SpecEE exit predictors: one small MLP per layer, stored as a GGUF next to the EAGLE head.
 
-Layout (architecture "specee-exits"): per predictor layer L the tensors exit.L.w1 [n_hidden x 12],
+Layout (architecture "specee-exits"): per predictor layer L the tensors exit.L.w1 [n_hidden x 14],
 exit.L.b1, exit.L.w2; metadata holds the layers, their b2 and thresholds, k (candidates) and the
 sha256 of the model they were trained for. The native engine gets plain float arrays.
 """
@@ -19,7 +19,7 @@ ARCH = "specee-exits"
 
 @dataclass
 class LayerPredictor:
-    w1: np.ndarray  # [n_hidden, 12 features] float32
+    w1: np.ndarray  # [n_hidden, 14 features] float32
     b1: np.ndarray  # [n_hidden]
     w2: np.ndarray  # [n_hidden]
     b2: float
@@ -95,7 +95,7 @@ def load_predictors(path: Path, model_path: Path | None = None) -> ExitPredictor
     tensors = {t.name: np.array(t.data, dtype=np.float32) for t in r.tensors}
     preds = ExitPredictors(int(field_value("specee.exits.n_cand")), int(field_value("specee.exits.n_layer")), sha)
     layers, b2s, thrs = field_value("specee.exits.layers"), field_value("specee.exits.b2"), field_value("specee.exits.threshold")
-    n_feat = 12  # native/src/specee.h SPECEE_EE_N_FEATURES
+    n_feat = 14  # native/src/specee.h SPECEE_EE_N_FEATURES
     for layer, b2, thr in zip(layers, b2s, thrs, strict=True):
         try:
             w1 = tensors[f"exit.{layer}.w1"].reshape(-1, n_feat)

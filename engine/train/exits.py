@@ -28,6 +28,7 @@ DATA_FILE = "exit-data.npz"
 @dataclass
 class ExitData:
     rec: np.ndarray  # [steps, n_layer, n_cand] candidate logits after each layer
+    draft_lp: np.ndarray  # [steps, n_cand] the head's log-probabilities of the candidates
     cands: np.ndarray  # [steps, n_cand]
     token: np.ndarray  # [steps] the full-depth token
     seq: np.ndarray  # [steps] prompt index (for a split by prompt)
@@ -39,13 +40,14 @@ class ExitData:
         return best == self.token[:, None]
 
 
-N_FEATURES = 12  # native/src/specee.h SPECEE_EE_N_FEATURES
+N_FEATURES = 14  # native/src/specee.h SPECEE_EE_N_FEATURES
 
 
-def features(rec: np.ndarray) -> np.ndarray:
-    """[steps, n_layer, 12], as native/src/early-exit.cpp exit_features computes them: top-4
+def features(rec: np.ndarray, draft_lp: np.ndarray) -> np.ndarray:
+    """[steps, n_layer, 14], as native/src/early-exit.cpp exit_features computes them: top-4
     logits, their softmax over all candidates, the top token's probability change since the
-    previous layer and whether it was already on top, top-1/top-2 margin, growth of the top logit."""
+    previous layer and whether it was already on top, top-1/top-2 margin, growth of the top logit,
+    the head's log-probability of all candidates and of its first one."""
     rec = rec.astype(np.float32)
     steps, n_layer, k = rec.shape
     order = np.argsort(-rec, axis=-1, kind="stable")[..., :4]
@@ -64,6 +66,9 @@ def features(rec: np.ndarray) -> np.ndarray:
     f[:, 1:, 9] = (prev_arg == i1[:, 1:, 0]).astype(np.float32)
     f[..., 10] = top[..., 0] - top[..., 1] if k > 1 else 0.0
     f[:, 1:, 11] = top[:, 1:, 0] - rec[:, :-1].max(-1)
+    dm = draft_lp.max(-1, keepdims=True)
+    f[..., 12] = (dm + np.log(np.exp(draft_lp - dm).sum(-1, keepdims=True)))[:, :1]
+    f[..., 13] = draft_lp[:, :1]
     return f
 
 
@@ -78,7 +83,7 @@ def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work:
 
     work.mkdir(parents=True, exist_ok=True)
     path = work / DATA_FILE
-    parts: dict[str, list[np.ndarray]] = {"rec": [], "cands": [], "token": [], "seq": []}
+    parts: dict[str, list[np.ndarray]] = {"rec": [], "draft_lp": [], "cands": [], "token": [], "seq": []}
     done: set[str] = set()
     if path.exists():
         with np.load(path) as z:
@@ -96,7 +101,8 @@ def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work:
         for n, (i, pr) in enumerate(todo):
             tokens = chat.fit([{"role": "user", "content": pr.text}], 1024 - max_new - 8).tokens
             for step, (tok, rec, cands) in enumerate(dec.record(tokens, p.Sampling.greedy(max_new))):
-                parts["rec"].append(rec[None].astype(np.float16))
+                parts["rec"].append(rec[None, :-1].astype(np.float16))
+                parts["draft_lp"].append(rec[None, -1].astype(np.float32))
                 parts["cands"].append(cands[None])
                 parts["token"].append(np.array([tok], np.int32))
                 parts["seq"].append(np.array([i], np.int32))
@@ -126,7 +132,7 @@ def _save(path: Path, parts: dict[str, list[np.ndarray]], done: set[str]) -> Non
 
 def load_data(work: Path) -> ExitData:
     with np.load(work / DATA_FILE) as z:
-        return ExitData(z["rec"].astype(np.float32), z["cands"], z["token"], z["seq"])
+        return ExitData(z["rec"].astype(np.float32), z["draft_lp"], z["cands"], z["token"], z["seq"])
 
 
 # ---- training -----------------------------------------------------------------------------
@@ -262,9 +268,9 @@ def fit_predictors(
     in the head's rank order), so one recording serves every candidate count."""
     t0 = time.monotonic()
     if n_cand:
-        data = ExitData(data.rec[:, :, :n_cand], data.cands[:, :n_cand], data.token, data.seq)
+        data = ExitData(data.rec[:, :, :n_cand], data.draft_lp[:, :n_cand], data.cands[:, :n_cand], data.token, data.seq)
     n_layer, k = data.rec.shape[1], data.rec.shape[2]
-    x, y = features(data.rec), data.labels
+    x, y = features(data.rec, data.draft_lp), data.labels
     seqs = np.unique(data.seq)
     rng = np.random.default_rng(0)
     held = set(rng.choice(seqs, size=max(1, int(len(seqs) * heldout_frac)), replace=False).tolist())

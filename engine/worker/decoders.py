@@ -200,8 +200,9 @@ class SpecEEDecoder(EagleDecoder):
         yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False))
 
     def record(self, tokens: list[int], s: p.Sampling) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """Full-depth greedy steps with every layer's candidate logits [n_layer, n_cand] and the
-        candidates (predictor training data); the first token comes from the prefill, no record."""
+        """Full-depth greedy steps with every layer's candidate logits plus the head's log-probs of
+        the candidates [n_layer + 1, n_cand] and the candidates (predictor training data); the
+        first token comes from the prefill and has no record."""
         for tok, rec, cands in self._run(tokens, s, record=True):
             if rec is not None:
                 yield tok, rec, cands
@@ -219,7 +220,8 @@ class SpecEEDecoder(EagleDecoder):
             raise RuntimeError(self.lib.specee_last_error().decode())
         self._kv = list(tokens)
         cands = np.zeros(self.n_cand, dtype=np.int32)
-        rec = np.zeros((self.n_layer, self.n_cand), dtype=np.float32) if record else None
+        # per layer the candidates' logits, then (last row) the head's log-probabilities of them
+        rec = np.zeros((self.n_layer + 1, self.n_cand), dtype=np.float32) if record else None
         rec_p = _f32(rec) if rec is not None else None
         cands_p = cands.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         yield first, None, cands

@@ -69,6 +69,7 @@ struct specee_ee {
     void * prev_cb_data = nullptr;
 
     std::vector<llama_token> cand;
+    std::vector<float> cand_draft_lp;  // the head's log-probabilities of the candidates
     std::vector<predictor> pred;
     bool exits = true;
     int32_t force_layer = -1;
@@ -132,11 +133,12 @@ bool wants_check(const specee_ee * x, int layer) {
     return x->exits && x->pred[layer].present;
 }
 
-// The predictor's 12 features from the candidates' logits at this layer (l) and the previous one
+// The predictor's 14 features from the candidates' logits at this layer (l) and the previous one
 // (lp, null at layer 0): top-4 logits, their softmax probabilities over all candidates, the top
-// token's probability change and whether it was already on top, the top-1/top-2 margin, and how
-// much the top logit grew. engine/train/exits.py:features mirrors this exactly.
-void exit_features(const float * l, const float * lp, int k, float * f) {
+// token's probability change and whether it was already on top, the top-1/top-2 margin, how
+// much the top logit grew, and the head's log-probability of all candidates and of its first.
+// engine/train/exits.py:features mirrors this exactly.
+void exit_features(const float * l, const float * lp, const float * draft_lp, int k, float * f) {
     std::vector<int> order(k);
     for (int i = 0; i < k; ++i) {
         order[i] = i;
@@ -158,6 +160,14 @@ void exit_features(const float * l, const float * lp, int k, float * f) {
     f[9] = lp != nullptr && (int) (std::max_element(lp, lp + k) - lp) == i1 ? 1.0f : 0.0f;
     f[10] = top > 1 ? l[i1] - l[order[1]] : 0.0f;
     f[11] = lp != nullptr ? l[i1] - *std::max_element(lp, lp + k) : 0.0f;
+    // how sure the head was that the token is among its candidates, and of its first one
+    const float dm = *std::max_element(draft_lp, draft_lp + k);
+    double ds = 0.0;
+    for (int i = 0; i < k; ++i) {
+        ds += std::exp((double) (draft_lp[i] - dm));
+    }
+    f[12] = dm + (float) std::log(ds);
+    f[13] = draft_lp[0];
 }
 
 // Predictor verdict for candidate logits l (this layer) and lp (previous layer, may be null).
@@ -170,7 +180,7 @@ bool predict_exit(const specee_ee * x, int layer, const float * l, const float *
         return false;
     }
     float f[SPECEE_EE_N_FEATURES];
-    exit_features(l, lp, x->n_cand, f);
+    exit_features(l, lp, x->cand_draft_lp.data(), x->n_cand, f);
     float z = p.b2;
     for (int h = 0; h < p.n_hidden; ++h) {
         const float * w = p.w1.data() + (size_t) h * SPECEE_EE_N_FEATURES;
@@ -262,6 +272,21 @@ std::vector<llama_token> top_k(const float * v, int32_t n, int32_t k) {
         out.push_back(it->second);
     }
     return out;
+}
+
+// Candidates for the next step from the head's logits, with their log-probabilities under it.
+void set_candidates(specee_ee * x, const float * dl, int32_t n_vocab) {
+    x->cand = top_k(dl, n_vocab, x->n_cand);
+    const float m = dl[x->cand[0]];
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        sum += std::exp((double) (dl[i] - m));  // tokens outside the draft vocabulary are -inf
+    }
+    const float lse = m + (float) std::log(sum);
+    x->cand_draft_lp.resize(x->n_cand);
+    for (int i = 0; i < x->n_cand; ++i) {
+        x->cand_draft_lp[i] = dl[x->cand[i]] - lse;
+    }
 }
 
 }  // namespace
@@ -373,6 +398,7 @@ specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {
     x->generation = ++g_generation;
     x->pred.resize(x->n_layer);
     x->cand.assign(n_cand, 0);
+    x->cand_draft_lp.assign(n_cand, 0.0f);
     // The eval callback is where exits are decided; cparams is applied at each graph build.
     auto & cp = const_cast<llama_cparams &>(x->tgt->get_cparams());
     x->prev_cb = cp.cb_eval;
@@ -425,6 +451,10 @@ void specee_ee_configure(specee_ee * x, bool exits, int32_t force_layer, int32_t
     x->rng.seed(seed);
 }
 
+void specee_exit_features(const float * l, const float * lp, const float * draft_lp, int32_t n_cand, float * out) {
+    exit_features(l, lp, draft_lp, n_cand, out);
+}
+
 void specee_ee_set_fill(specee_ee * x, bool fill) {
     x->fill = fill;
 }
@@ -433,7 +463,7 @@ llama_token specee_ee_prefill(specee_ee * x, const llama_token * tokens, int32_t
                               llama_sampler * smpl) {
     const llama_token t = specee_eagle_prefill(x->e, tokens, n_tokens, n_keep, smpl);
     if (t >= 0) {
-        x->cand = top_k(llama_get_logits_ith(x->e->dft, 0), x->e->n_vocab, x->n_cand);
+        set_candidates(x, llama_get_logits_ith(x->e->dft, 0), x->e->n_vocab);
     }
     return t;
 }
@@ -502,6 +532,7 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
         for (int il = 0; il < x->n_layer; ++il) {
             ggml_backend_tensor_get(x->graph->logits[il], record + (size_t) il * x->n_cand, 0, sizeof(float) * x->n_cand);
         }
+        std::copy(x->cand_draft_lp.begin(), x->cand_draft_lp.end(), record + (size_t) x->n_layer * x->n_cand);
     }
     if (shadow) {
         llama_token t_exit = -1;
@@ -539,7 +570,7 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
         return -1;
     }
     const float * dl = llama_get_logits_ith(e->dft, 0);
-    x->cand = top_k(dl, e->n_vocab, x->n_cand);
+    set_candidates(x, dl, e->n_vocab);
     e->first_draft = x->cand[0];
     const float * hp = llama_get_embeddings_nextn_ith(e->dft, 0);
     std::copy(hp, hp + e->n_embd_d, e->first_h.begin());

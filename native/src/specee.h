@@ -59,7 +59,7 @@ LLAMA_API void    specee_eagle_reset_stats(struct specee_eagle * e);
 // exit state, and the token is taken among the candidates. No lm_head runs at an exit.
 
 #define SPECEE_EE_MAX_LAYERS 128
-#define SPECEE_EE_N_FEATURES 12  // predictor inputs (early-exit.cpp exit_features)
+#define SPECEE_EE_N_FEATURES 14  // predictor inputs (early-exit.cpp exit_features)
 
 struct specee_ee;
 
@@ -93,6 +93,10 @@ LLAMA_API void specee_ee_clear_predictors(struct specee_ee * x);
 LLAMA_API void specee_ee_configure(struct specee_ee * x, bool exits, int32_t force_layer, int32_t shadow_every,
                                    float temperature, uint32_t seed);
 
+// The predictor features (SPECEE_EE_N_FEATURES floats) for candidate logits l at a layer, lp at
+// the layer before (NULL at layer 0) and the head's log-probabilities of the candidates.
+LLAMA_API void specee_exit_features(const float * l, const float * lp, const float * draft_lp, int32_t n_cand, float * out);
+
 // fill = false leaves the skipped layers' K/V unwritten at an exit (SpecEE's original policy;
 // only for measuring what the fill is worth). Default true.
 LLAMA_API void specee_ee_set_fill(struct specee_ee * x, bool fill);
@@ -101,8 +105,9 @@ LLAMA_API void specee_ee_set_fill(struct specee_ee * x, bool fill);
 LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token * tokens, int32_t n_tokens,
                                         int32_t n_keep, struct llama_sampler * smpl);
 
-// One token. record (n_layer * n_cand floats) and cands (n_cand) may be NULL; when record is
-// given the step runs full depth and stores every layer's candidate logits (predictor training).
+// One token. record ((n_layer + 1) * n_cand floats) and cands (n_cand) may be NULL; when record
+// is given the step runs full depth and stores every layer's candidate logits, then the head's
+// log-probabilities of the candidates (predictor training).
 // Returns 1, 0 when the context is full, -1 on error.
 LLAMA_API int32_t specee_ee_step(struct specee_ee * x, struct llama_sampler * smpl, llama_token * out, float * record,
                                  llama_token * cands, struct specee_ee_stats * stats);
