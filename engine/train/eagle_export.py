@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
 
 from engine.train.eagle_head import EagleHead
 
@@ -22,7 +22,25 @@ TARGET_SHA_KEY = "specee.target_sha256"
 TRAINING_KEY = "specee.training"
 
 
-def export_head(head: EagleHead, target_path: str, target_sha256: str, out: Path, training_json: str = "") -> Path:
+# Matrix storage: Q8_0 halves the bytes the head reads per draft step (the head runs on every
+# SpecEE step, so its cost is paid per token) at no measurable loss in hit rate.
+MATRIX_TYPE = GGMLQuantizationType.Q8_0
+
+
+def _matrix(array: np.ndarray, qtype: GGMLQuantizationType) -> tuple[np.ndarray, GGMLQuantizationType | None]:
+    if qtype == GGMLQuantizationType.F16:
+        return array.astype(np.float16), None
+    return quants.quantize(array.astype(np.float32), qtype), qtype
+
+
+def export_head(
+    head: EagleHead,
+    target_path: str,
+    target_sha256: str,
+    out: Path,
+    training_json: str = "",
+    matrix_type: GGMLQuantizationType = MATRIX_TYPE,
+) -> Path:
     cfg = head.cfg
     target = GGUFReader(target_path)
     tmp = out.with_name(f".{out.name}.part")
@@ -52,7 +70,7 @@ def export_head(head: EagleHead, target_path: str, target_sha256: str, out: Path
         else:
             w.add_key_value(key, field.contents(), vtype)
 
-    # (GGUF name, weight, is a matrix): matrices in F16, norms stay F32
+    # (GGUF name, weight, is a matrix): matrices in matrix_type, norms stay F32
     tensors = [
         ("fc.weight", head.fc.weight, True),
         ("blk.0.attn_norm.weight", head.attn_norm.weight, False),
@@ -70,7 +88,11 @@ def export_head(head: EagleHead, target_path: str, target_sha256: str, out: Path
     ]
     for name, weight, is_matrix in tensors:
         array = weight.detach().cpu().float().numpy()
-        w.add_tensor(name, array.astype(np.float16) if is_matrix else array)
+        if is_matrix:
+            data, raw = _matrix(array, matrix_type)
+            w.add_tensor(name, data, raw_dtype=raw)
+        else:
+            w.add_tensor(name, array)
     w.add_tensor("d2t", head.d2t.cpu().numpy().astype(np.int64), raw_dtype=GGMLQuantizationType.I64)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -80,3 +102,33 @@ def export_head(head: EagleHead, target_path: str, target_sha256: str, out: Path
         os.fsync(fh.fileno())
     tmp.replace(out)
     return out
+
+
+def requantize_head(src: Path, dst: Path, matrix_type: GGMLQuantizationType = MATRIX_TYPE) -> Path:
+    """Rewrite a head's F16/F32 matrices in matrix_type, metadata unchanged."""
+    r = GGUFReader(str(src))
+    tmp = dst.with_name(f".{dst.name}.part")
+    w = GGUFWriter(str(tmp), arch=ARCH)
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        vtype = field.types[0]
+        if vtype == GGUFValueType.ARRAY:
+            w.add_key_value(key, field.contents(), vtype, sub_type=field.types[1])
+        else:
+            w.add_key_value(key, field.contents(), vtype)
+    for t in r.tensors:
+        shape = tuple(int(x) for x in reversed(t.shape))  # numpy order
+        if t.tensor_type in (GGMLQuantizationType.F16, GGMLQuantizationType.F32) and len(shape) == 2 and t.name != "d2t":
+            data, raw = _matrix(np.asarray(t.data, dtype=np.float32).reshape(shape), matrix_type)
+            w.add_tensor(t.name, data, raw_dtype=raw)
+        elif t.tensor_type in (GGMLQuantizationType.F16, GGMLQuantizationType.F32):
+            w.add_tensor(t.name, np.asarray(t.data).reshape(shape))
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.replace(dst)
+    return dst

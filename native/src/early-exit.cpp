@@ -280,7 +280,11 @@ void set_candidates(specee_ee * x, const float * dl, int32_t n_vocab) {
     const float m = dl[x->cand[0]];
     double sum = 0.0;
     for (int32_t i = 0; i < n_vocab; ++i) {
-        sum += std::exp((double) (dl[i] - m));  // tokens outside the draft vocabulary are -inf
+        // terms below e^-30 of the best are beneath float precision; tokens outside the draft
+        // vocabulary are -inf: skipping them makes this pass a compare per token
+        if (dl[i] > m - 30.0f) {
+            sum += std::exp((double) (dl[i] - m));
+        }
     }
     const float lse = m + (float) std::log(sum);
     x->cand_draft_lp.resize(x->n_cand);
