@@ -76,6 +76,7 @@ def lib() -> ctypes.CDLL:
         "specee_ee_step": ([vp, vp, ctypes.POINTER(i32), f32p, ctypes.POINTER(i32), ctypes.POINTER(EeStats)], i32),
         "specee_ee_reset_stats": ([vp], None),
         "specee_ee_set_fill": ([vp, ctypes.c_bool], None),
+        "specee_ee_set_vocab_predictor": ([vp, f32p, ctypes.c_float, ctypes.c_float], i32),
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
     }
     for name, (args, res) in sigs.items():
@@ -107,6 +108,7 @@ class EeStats(ctypes.Structure):
     _fields_ = [
         ("n_steps", ctypes.c_int32),
         ("n_exits", ctypes.c_int32),
+        ("n_vocab_exits", ctypes.c_int32),
         ("n_cand_hits", ctypes.c_int32),
         ("n_layers_run", ctypes.c_int64),
         ("n_shadow", ctypes.c_int32),

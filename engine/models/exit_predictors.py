@@ -33,6 +33,8 @@ class ExitPredictors:
     target_sha256: str
     layers: dict[int, LayerPredictor] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
+    # after the last layer: (w[3], b, threshold) of the draft-vocabulary head's linear predictor
+    vocab_head: tuple[list[float], float, float] | None = None
 
 
 def save_predictors(preds: ExitPredictors, path: Path) -> None:
@@ -48,6 +50,9 @@ def save_predictors(preds: ExitPredictors, path: Path) -> None:
     w.add_array("specee.exits.layers", [int(x) for x in layers])
     w.add_array("specee.exits.b2", [float(preds.layers[x].b2) for x in layers])
     w.add_array("specee.exits.threshold", [float(preds.layers[x].threshold) for x in layers])
+    if preds.vocab_head is not None:
+        vw, vb, vt = preds.vocab_head
+        w.add_array("specee.exits.vocab_head", [float(v) for v in (*vw, vb, vt)])
     for x in layers:
         pr = preds.layers[x]
         w.add_tensor(f"exit.{x}.w1", np.ascontiguousarray(pr.w1, dtype=np.float32))
@@ -109,4 +114,10 @@ def load_predictors(path: Path, model_path: Path | None = None) -> ExitPredictor
         preds.layers[int(layer)] = LayerPredictor(
             np.ascontiguousarray(w1), np.ascontiguousarray(b1), np.ascontiguousarray(w2), float(b2), float(thr)
         )
+    vh = r.fields.get("specee.exits.vocab_head")
+    if vh is not None:
+        vals = [float(vh.parts[i].tolist()[0]) for i in vh.data]
+        if len(vals) != 5:
+            raise AccelerationError("bad_predictors", f"{path.name}: the draft-vocabulary head predictor is malformed.")
+        preds.vocab_head = (vals[:3], vals[3], vals[4])
     return preds

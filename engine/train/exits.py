@@ -29,6 +29,7 @@ DATA_FILE = "exit-data.npz"
 class ExitData:
     rec: np.ndarray  # [steps, n_layer, n_cand] candidate logits after each layer
     draft_lp: np.ndarray  # [steps, n_cand] the head's log-probabilities of the candidates
+    vocab: np.ndarray  # [steps, 4] draft-vocabulary head after the last layer: 3 features, arg max token
     cands: np.ndarray  # [steps, n_cand]
     token: np.ndarray  # [steps] the full-depth token
     seq: np.ndarray  # [steps] prompt index (for a split by prompt)
@@ -83,7 +84,7 @@ def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work:
 
     work.mkdir(parents=True, exist_ok=True)
     path = work / DATA_FILE
-    parts: dict[str, list[np.ndarray]] = {"rec": [], "draft_lp": [], "cands": [], "token": [], "seq": []}
+    parts: dict[str, list[np.ndarray]] = {"rec": [], "draft_lp": [], "vocab": [], "cands": [], "token": [], "seq": []}
     done: set[str] = set()
     if path.exists():
         with np.load(path) as z:
@@ -101,8 +102,9 @@ def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work:
         for n, (i, pr) in enumerate(todo):
             tokens = chat.fit([{"role": "user", "content": pr.text}], 1024 - max_new - 8).tokens
             for step, (tok, rec, cands) in enumerate(dec.record(tokens, p.Sampling.greedy(max_new))):
-                parts["rec"].append(rec[None, :-1].astype(np.float16))
-                parts["draft_lp"].append(rec[None, -1].astype(np.float32))
+                parts["rec"].append(rec[None, :-2].astype(np.float16))
+                parts["draft_lp"].append(rec[None, -2].astype(np.float32))
+                parts["vocab"].append(rec[None, -1, :4].astype(np.float32))
                 parts["cands"].append(cands[None])
                 parts["token"].append(np.array([tok], np.int32))
                 parts["seq"].append(np.array([i], np.int32))
@@ -132,7 +134,7 @@ def _save(path: Path, parts: dict[str, list[np.ndarray]], done: set[str]) -> Non
 
 def load_data(work: Path) -> ExitData:
     with np.load(work / DATA_FILE) as z:
-        return ExitData(z["rec"].astype(np.float32), z["draft_lp"], z["cands"], z["token"], z["seq"])
+        return ExitData(z["rec"].astype(np.float32), z["draft_lp"], z["vocab"], z["cands"], z["token"], z["seq"])
 
 
 # ---- training -----------------------------------------------------------------------------
@@ -253,22 +255,43 @@ def choose_schedule(z, y, thr, n_layer: int, head_cost: float, check_cost: float
     return schedule
 
 
+def fit_vocab_head(f: np.ndarray, y: np.ndarray, epochs: int = 300) -> tuple[np.ndarray, float]:
+    """Logistic regression on the draft-vocabulary head's 3 features (standardized, folded back)."""
+    mean, std = f.mean(0), f.std(0) + 1e-4
+    xt = torch.from_numpy((f - mean) / std).float()
+    yt = torch.from_numpy(y.astype(np.float32))
+    w = torch.zeros(f.shape[1], requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.Adam([w, b], lr=0.05)
+    for _ in range(epochs):
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(xt @ w + b, yt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    wn = w.detach().numpy() / std
+    return wn.astype(np.float32), float(b.detach().numpy()[0] - (wn * mean).sum())
+
+
 def fit_predictors(
     data: ExitData,
     target_sha: str,
     precision: float = 0.995,
     hidden: int = 64,
     epochs: int = 30,
-    head_cost: float = 6.0,
-    check_cost: float = 0.1,
+    head_cost: float = 5.0,
+    check_cost: float = 0.15,
     heldout_frac: float = 0.3,
     n_cand: int = 0,
+    vocab_precision: float = 0.998,
+    vocab_size: int = 49152,
 ) -> tuple[ExitPredictors, dict]:
     """n_cand > 0 keeps only the head's first n_cand candidates of the recording (they are stored
     in the head's rank order), so one recording serves every candidate count."""
     t0 = time.monotonic()
     if n_cand:
-        data = ExitData(data.rec[:, :, :n_cand], data.draft_lp[:, :n_cand], data.cands[:, :n_cand], data.token, data.seq)
+        data = ExitData(
+            data.rec[:, :, :n_cand], data.draft_lp[:, :n_cand], data.vocab, data.cands[:, :n_cand], data.token, data.seq
+        )
     n_layer, k = data.rec.shape[1], data.rec.shape[2]
     x, y = features(data.rec, data.draft_lp), data.labels
     seqs = np.unique(data.seq)
@@ -281,6 +304,24 @@ def fit_predictors(
     schedule = choose_schedule(z_cal, y[is_held], thr, n_layer, head_cost, check_cost)
     sim = simulate(z_cal, y[is_held], thr, schedule, n_layer)
     out = ExitPredictors(k, n_layer, target_sha)
+    # After the last layer: the draft-vocabulary head instead of the full one, when sure.
+    vf, vy = data.vocab[:, :3], data.vocab[:, 3].astype(np.int64) == data.token
+    vocab_metrics: dict = {}
+    if data.vocab[:, 0].any():
+        vw, vb = fit_vocab_head(vf[~is_held], vy[~is_held])
+        running = np.ones(is_held.sum(), bool)
+        for layer in schedule:
+            running &= ~(z_cal[:, layer] > thr[layer])
+        zv = vf[is_held] @ vw + vb
+        vthr = calibrate(zv[running, None], vy[is_held][running, None], vocab_precision)[0]
+        if np.isfinite(vthr):
+            out.vocab_head = ([float(v) for v in vw], vb, float(vthr))
+            hit = zv[running] > vthr
+            vocab_metrics = {
+                "vocab_head_rate": round(float(hit.mean()) * float(running.mean()), 4),
+                "vocab_head_precision": round(float(vy[is_held][running][hit].mean()) if hit.any() else 1.0, 4),
+                "draft_vocab_covers_full_argmax": round(float(vy.mean()), 4),
+            }
     for layer in schedule:
         pr = preds[layer]
         pr.threshold = float(thr[layer])
@@ -296,6 +337,7 @@ def fit_predictors(
         "heldout_exit_rate": round(sim["exit_rate"], 4),
         "heldout_precision": round(sim["precision"], 4),
         "heldout_mean_layers": round(sim["mean_layers"], 2),
+        **vocab_metrics,
         "precision_target": precision,
         "hidden": hidden,
         "epochs": epochs,

@@ -181,6 +181,11 @@ class SpecEEDecoder(EagleDecoder):
         self.n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
         self.lib.specee_ee_set_fill(self._ee, fill)
         self.exits, self.force_layer, self.shadow_every = exits, force_layer, shadow_every
+        if predictors and predictors.vocab_head is not None:
+            w, b, thr = predictors.vocab_head
+            if self.lib.specee_ee_set_vocab_predictor(self._ee, _f32(np.asarray(w, np.float32)), b, thr) != 0:
+                self.close()
+                raise RuntimeError(self.lib.specee_last_error().decode())
         if predictors:
             for layer, pr in predictors.layers.items():
                 rc = self.lib.specee_ee_set_predictor(
@@ -220,8 +225,9 @@ class SpecEEDecoder(EagleDecoder):
             raise RuntimeError(self.lib.specee_last_error().decode())
         self._kv = list(tokens)
         cands = np.zeros(self.n_cand, dtype=np.int32)
-        # per layer the candidates' logits, then (last row) the head's log-probabilities of them
-        rec = np.zeros((self.n_layer + 1, self.n_cand), dtype=np.float32) if record else None
+        # per layer the candidates' logits, then the head's log-probabilities of them, then the
+        # draft-vocabulary head's features and arg max token
+        rec = np.zeros((self.n_layer + 2, self.n_cand), dtype=np.float32) if record else None
         rec_p = _f32(rec) if rec is not None else None
         cands_p = cands.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         yield first, None, cands
@@ -242,6 +248,7 @@ class SpecEEDecoder(EagleDecoder):
         out: dict[str, Any] = {
             "steps": st.n_steps,
             "exit_rate": st.n_exits / steps,
+            "vocab_head_rate": st.n_vocab_exits / steps,
             "mean_layers": st.n_layers_run / steps,
             "n_layer": self.n_layer,
             "cand_hit_rate": st.n_cand_hits / steps,

@@ -27,6 +27,7 @@ using namespace specee;
 namespace {
 
 constexpr int ROLE_END = -1;
+constexpr int ROLE_VOCAB = -2;  // the draft-vocabulary head after the last layer
 
 double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -55,6 +56,7 @@ struct specee_exit_build {
     ggml_tensor * h_exit = nullptr;
     ggml_tensor * t_end = nullptr;
     bool can_fill = false;
+    ggml_tensor * vocab_logits = nullptr;  // [n_dv] after the last layer, when the head has a d2t
     std::vector<ggml_tensor *> logits, h_out, fill_first;
     std::unordered_map<const ggml_tensor *, int> role;  // layer of a logits node, or ROLE_END
 };
@@ -79,6 +81,19 @@ struct specee_ee {
     std::mt19937 rng{1234};
 
     specee_exit_build * graph = nullptr;  // the graph built for this object, if any
+
+    // The lm_head rows of the head's draft vocabulary (its d2t), stored compactly in the model's
+    // own type: after the last layer they stand in for the full lm_head when a small linear
+    // predictor on their logits is sure the full argmax lies among them.
+    ggml_context * dv_ctx = nullptr;
+    ggml_backend_buffer_t dv_buf = nullptr;
+    ggml_tensor * w_dv = nullptr;
+    std::vector<llama_token> dv_ids;
+    bool vocab_on = false;
+    float vocab_w[SPECEE_EE_N_VOCAB_FEATURES] = {0};
+    float vocab_b = 0.0f, vocab_thr = 0.0f;
+    std::vector<float> dv_logits;
+    bool vocab_exit = false;
 
     // per decode
     bool no_exit = false;         // full depth (recording, shadow)
@@ -170,6 +185,32 @@ void exit_features(const float * l, const float * lp, const float * draft_lp, in
     f[13] = draft_lp[0];
 }
 
+// Features of the draft-vocabulary logits: top logit, its margin over the second, and
+// log-sum-exp minus top (how much mass the rest holds). Returns the arg max.
+int32_t vocab_features(const float * v, int32_t n, float * f) {
+    int32_t i1 = 0;
+    float m1 = -INFINITY, m2 = -INFINITY;
+    for (int32_t i = 0; i < n; ++i) {
+        if (v[i] > m1) {
+            m2 = m1;
+            m1 = v[i];
+            i1 = i;
+        } else if (v[i] > m2) {
+            m2 = v[i];
+        }
+    }
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; ++i) {
+        if (v[i] > m1 - 30.0f) {
+            sum += std::exp((double) (v[i] - m1));
+        }
+    }
+    f[0] = m1;
+    f[1] = m1 - m2;
+    f[2] = (float) std::log(sum);
+    return i1;
+}
+
 // Predictor verdict for candidate logits l (this layer) and lp (previous layer, may be null).
 bool predict_exit(const specee_ee * x, int layer, const float * l, const float * lp) {
     if (x->force_layer >= 0) {
@@ -223,11 +264,33 @@ bool eval_callback(ggml_tensor * t, bool ask, void * /*user_data*/) {
     }
     const int role = it->second;
     if (ask) {
+        if (role == ROLE_VOCAB) {
+            return !x->no_exit && x->vocab_on && x->force_layer < 0;
+        }
         return role == ROLE_END || (!x->no_exit && b.can_fill && wants_check(x, role));
     }
     ggml_backend_sched_t sched = x->tgt->get_sched();
     if (role == ROLE_END) {
         ggml_backend_sched_eval_jump(sched, nullptr);  // the fill groups are for exits only
+        return false;
+    }
+    if (role == ROLE_VOCAB) {
+        const int32_t n_dv = (int32_t) x->dv_ids.size();
+        x->dv_logits.resize(n_dv);
+        ggml_backend_tensor_get(t, x->dv_logits.data(), 0, sizeof(float) * n_dv);
+        float f[SPECEE_EE_N_VOCAB_FEATURES];
+        const int32_t best = vocab_features(x->dv_logits.data(), n_dv, f);
+        float z = x->vocab_b;
+        for (int i = 0; i < SPECEE_EE_N_VOCAB_FEATURES; ++i) {
+            z += x->vocab_w[i] * f[i];
+        }
+        if (z <= x->vocab_thr) {
+            return true;  // not sure: the full lm_head decides
+        }
+        x->exit_layer = x->n_layer - 1;
+        x->vocab_exit = true;
+        x->exit_token = x->dv_ids[best];
+        ggml_backend_sched_eval_jump(sched, nullptr);
         return false;
     }
     x->l_cur.resize(x->n_cand);
@@ -332,6 +395,14 @@ void specee_exit_graph_layer(llm_graph_context & g, specee_exit_build * b, int i
     b->logits[il] = l;
     b->h_out[il] = h;
     b->role[l] = il;
+    if (il == g.n_layer - 1 && b->owner->w_dv != nullptr) {
+        ggml_tensor * v = ggml_mul_mat(g.ctx0, b->owner->w_dv, n);  // [n_dv, 1]
+        ggml_set_name(v, "specee_vocab_logits");
+        ggml_set_output(v);
+        ggml_build_forward_expand(g.gf, v);
+        b->vocab_logits = v;
+        b->role[v] = ROLE_VOCAB;
+    }
 }
 
 void specee_exit_graph_end(llm_graph_context & g, specee_exit_build * b, llm_graph_input_attn_kv * inp_attn,
@@ -401,6 +472,24 @@ specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {
     x->n_cand = n_cand;
     x->generation = ++g_generation;
     x->pred.resize(x->n_layer);
+    const llama_model & dmodel = e->dft->get_model();
+    if (dmodel.d2t != nullptr && model.output->ne[0] == x->n_embd) {
+        const int64_t n_dv = dmodel.d2t->ne[0];
+        std::vector<int64_t> d2t(n_dv);
+        ggml_backend_tensor_get(dmodel.d2t, d2t.data(), 0, sizeof(int64_t) * n_dv);
+        ggml_init_params ip = {ggml_tensor_overhead() * 2, nullptr, true};
+        x->dv_ctx = ggml_init(ip);
+        x->w_dv = ggml_new_tensor_2d(x->dv_ctx, model.output->type, x->n_embd, n_dv);
+        ggml_set_name(x->w_dv, "specee_draft_vocab_head");
+        x->dv_buf = ggml_backend_alloc_ctx_tensors_from_buft(x->dv_ctx, ggml_backend_cpu_buffer_type());
+        const size_t row = model.output->nb[1];
+        std::vector<uint8_t> buf(row);
+        for (int64_t i = 0; i < n_dv; ++i) {
+            ggml_backend_tensor_get(model.output, buf.data(), (size_t) d2t[i] * row, row);
+            ggml_backend_tensor_set(x->w_dv, buf.data(), (size_t) i * row, row);
+            x->dv_ids.push_back((llama_token) d2t[i]);
+        }
+    }
     x->cand.assign(n_cand, 0);
     x->cand_draft_lp.assign(n_cand, 0.0f);
     // The eval callback is where exits are decided; cparams is applied at each graph build.
@@ -419,6 +508,12 @@ void specee_ee_free(specee_ee * x) {
     auto & cp = const_cast<llama_cparams &>(x->tgt->get_cparams());
     cp.cb_eval = x->prev_cb;
     cp.cb_eval_user_data = x->prev_cb_data;
+    if (x->dv_buf) {
+        ggml_backend_buffer_free(x->dv_buf);
+    }
+    if (x->dv_ctx) {
+        ggml_free(x->dv_ctx);
+    }
     delete x;
 }
 
@@ -459,6 +554,22 @@ void specee_exit_features(const float * l, const float * lp, const float * draft
     exit_features(l, lp, draft_lp, n_cand, out);
 }
 
+int32_t specee_ee_set_vocab_predictor(specee_ee * x, const float * w, float b, float threshold) {
+    if (x->w_dv == nullptr) {
+        specee_error_msg = "the EAGLE head has no draft vocabulary (d2t)";
+        return -1;
+    }
+    if (w == nullptr) {
+        x->vocab_on = false;
+        return 0;
+    }
+    std::copy(w, w + SPECEE_EE_N_VOCAB_FEATURES, x->vocab_w);
+    x->vocab_b = b;
+    x->vocab_thr = threshold;
+    x->vocab_on = true;
+    return 0;
+}
+
 void specee_ee_set_fill(specee_ee * x, bool fill) {
     x->fill = fill;
 }
@@ -481,6 +592,7 @@ bool decode_target(specee_ee * x) {
     b.b.token[0] = e->id_last;
     set_rows(b.b, 1, e->n_past, true);
     x->exit_layer = -1;
+    x->vocab_exit = false;
     t_active = x;
     const int32_t rc = llama_decode(x->tgt, b.b);
     t_active = nullptr;
@@ -506,6 +618,21 @@ int32_t replay_exit(specee_ee * x, llama_token * token) {
         if (predict_exit(x, il, l.data(), il > 0 ? lp.data() : nullptr)) {
             *token = x->cand[std::max_element(l.begin(), l.end()) - l.begin()];
             return il;
+        }
+    }
+    if (x->vocab_on && b.vocab_logits != nullptr && x->force_layer < 0) {
+        const int32_t n_dv = (int32_t) x->dv_ids.size();
+        x->dv_logits.resize(n_dv);
+        ggml_backend_tensor_get(b.vocab_logits, x->dv_logits.data(), 0, sizeof(float) * n_dv);
+        float f[SPECEE_EE_N_VOCAB_FEATURES];
+        const int32_t best = vocab_features(x->dv_logits.data(), n_dv, f);
+        float z = x->vocab_b;
+        for (int i = 0; i < SPECEE_EE_N_VOCAB_FEATURES; ++i) {
+            z += x->vocab_w[i] * f[i];
+        }
+        if (z > x->vocab_thr) {
+            *token = x->dv_ids[best];
+            return x->n_layer - 1;
         }
     }
     return -1;
@@ -537,6 +664,15 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
             ggml_backend_tensor_get(x->graph->logits[il], record + (size_t) il * x->n_cand, 0, sizeof(float) * x->n_cand);
         }
         std::copy(x->cand_draft_lp.begin(), x->cand_draft_lp.end(), record + (size_t) x->n_layer * x->n_cand);
+        float * vrow = record + (size_t) (x->n_layer + 1) * x->n_cand;
+        std::fill(vrow, vrow + x->n_cand, 0.0f);
+        if (x->graph->vocab_logits != nullptr && x->n_cand >= SPECEE_EE_N_VOCAB_FEATURES + 1) {
+            const int32_t n_dv = (int32_t) x->dv_ids.size();
+            x->dv_logits.resize(n_dv);
+            ggml_backend_tensor_get(x->graph->vocab_logits, x->dv_logits.data(), 0, sizeof(float) * n_dv);
+            const int32_t best = vocab_features(x->dv_logits.data(), n_dv, vrow);
+            vrow[SPECEE_EE_N_VOCAB_FEATURES] = (float) x->dv_ids[best];
+        }
     }
     if (shadow) {
         llama_token t_exit = -1;
@@ -585,8 +721,9 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
     specee_ee_stats & s = x->stats;
     s.n_steps += 1;
     s.n_exits += x->exit_layer >= 0 ? 1 : 0;
+    s.n_vocab_exits += x->vocab_exit ? 1 : 0;
     s.n_cand_hits += hit ? 1 : 0;
-    s.n_layers_run += x->exit_layer >= 0 ? x->exit_layer + 1 : x->n_layer;
+    s.n_layers_run += x->exit_layer >= 0 ? x->exit_layer + 1 : x->n_layer;  // a vocab exit ran all
     s.exit_hist[x->exit_layer >= 0 ? x->exit_layer : x->n_layer] += 1;
     s.t_target_ms += t1 - t0;
     s.t_draft_ms += t2 - t1;

@@ -60,12 +60,14 @@ LLAMA_API void    specee_eagle_reset_stats(struct specee_eagle * e);
 
 #define SPECEE_EE_MAX_LAYERS 128
 #define SPECEE_EE_N_FEATURES 14  // predictor inputs (early-exit.cpp exit_features)
+#define SPECEE_EE_N_VOCAB_FEATURES 3  // draft-vocabulary head predictor inputs (vocab_features)
 
 struct specee_ee;
 
 struct specee_ee_stats {
     int32_t n_steps;            // tokens decoded by early-exit steps
     int32_t n_exits;            // steps that stopped before the full lm_head
+    int32_t n_vocab_exits;      // of those, steps the draft-vocabulary head settled after the last layer
     int32_t n_cand_hits;        // steps whose token was among the candidates
     int64_t n_layers_run;       // layers computed, summed over steps
     int32_t n_shadow;           // steps also run at full depth to check the exit decision
@@ -87,6 +89,11 @@ LLAMA_API int32_t specee_ee_set_predictor(struct specee_ee * x, int32_t layer, i
                                           const float * b1, const float * w2, float b2, float threshold);
 LLAMA_API void specee_ee_clear_predictors(struct specee_ee * x);
 
+// After the last layer, the lm_head rows of the head's draft vocabulary (d2t) can stand in for
+// the full lm_head: when w . f + b > threshold (f: top logit, top-1/top-2 margin, log-sum-exp
+// minus top) the token is their arg max. w NULL turns it off. -1 if the head has no d2t.
+LLAMA_API int32_t specee_ee_set_vocab_predictor(struct specee_ee * x, const float * w, float b, float threshold);
+
 // exits: use the predictors; force_layer >= 0: exit at that layer on every step (tests);
 // shadow_every > 0: every Nth step also runs full depth to measure exit precision (greedy only);
 // temperature <= 0: greedy choice among the candidates at an exit, else sample them with seed.
@@ -105,9 +112,10 @@ LLAMA_API void specee_ee_set_fill(struct specee_ee * x, bool fill);
 LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token * tokens, int32_t n_tokens,
                                         int32_t n_keep, struct llama_sampler * smpl);
 
-// One token. record ((n_layer + 1) * n_cand floats) and cands (n_cand) may be NULL; when record
-// is given the step runs full depth and stores every layer's candidate logits, then the head's
-// log-probabilities of the candidates (predictor training).
+// One token. record ((n_layer + 2) * n_cand floats) and cands (n_cand) may be NULL; when record
+// is given the step runs full depth and stores every layer's candidate logits, the head's
+// log-probabilities of the candidates, then the draft-vocabulary head's features and arg max
+// token (predictor training).
 // Returns 1, 0 when the context is full, -1 on error.
 LLAMA_API int32_t specee_ee_step(struct specee_ee * x, struct llama_sampler * smpl, llama_token * out, float * record,
                                  llama_token * cands, struct specee_ee_stats * stats);
