@@ -1,0 +1,234 @@
+"""Conversations on disk: SQLite in WAL mode under the user data dir, written as answers stream so
+a crash or kill loses nothing already shown. Full-text search over message text (FTS5).
+
+Qt-free: the GUI calls it from its thread (every call is short), tests use it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.paths import data_dir
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    system_prompt TEXT NOT NULL DEFAULT '',
+    settings TEXT NOT NULL DEFAULT '{}',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    stats TEXT NOT NULL DEFAULT '{}',
+    complete INTEGER NOT NULL DEFAULT 1,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, position);
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content, content='messages', content_rowid='id');
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+"""
+
+
+class StoreError(Exception):
+    pass
+
+
+@dataclass
+class Message:
+    role: str
+    content: str
+    stats: dict = field(default_factory=dict)
+    complete: bool = True
+    id: int = 0
+
+
+@dataclass
+class Conversation:
+    id: str
+    title: str
+    system_prompt: str = ""
+    settings: dict = field(default_factory=dict)
+    created: float = 0.0
+    updated: float = 0.0
+    messages: list[Message] = field(default_factory=list)
+
+
+def default_path() -> Path:
+    return data_dir() / "conversations.sqlite3"
+
+
+class ConversationStore:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(_SCHEMA)
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"the conversation database {self.path} is damaged ({exc}); move it aside to start fresh") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- conversations --------------------------------------------------------------------------
+
+    def create(self, title: str = "New chat", system_prompt: str = "", settings: dict | None = None) -> Conversation:
+        now = time.time()
+        conv = Conversation(uuid.uuid4().hex, title, system_prompt, settings or {}, now, now)
+        self.db.execute(
+            "INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?)",
+            (conv.id, conv.title, conv.system_prompt, json.dumps(conv.settings), now, now),
+        )
+        return conv
+
+    def list(self) -> list[Conversation]:
+        rows = self.db.execute(
+            "SELECT id, title, system_prompt, settings, created, updated FROM conversations ORDER BY updated DESC"
+        ).fetchall()
+        return [Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows]
+
+    def get(self, conv_id: str) -> Conversation:
+        r = self.db.execute(
+            "SELECT id, title, system_prompt, settings, created, updated FROM conversations WHERE id = ?", (conv_id,)
+        ).fetchone()
+        if r is None:
+            raise StoreError(f"no conversation {conv_id}")
+        conv = Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
+        conv.messages = [
+            Message(m[1], m[2], json.loads(m[3]), bool(m[4]), m[0])
+            for m in self.db.execute(
+                "SELECT id, role, content, stats, complete FROM messages WHERE conversation_id = ? ORDER BY position",
+                (conv_id,),
+            )
+        ]
+        return conv
+
+    def rename(self, conv_id: str, title: str) -> None:
+        self._update(conv_id, "title", title.strip() or "Untitled")
+
+    def set_system_prompt(self, conv_id: str, text: str) -> None:
+        self._update(conv_id, "system_prompt", text)
+
+    def set_settings(self, conv_id: str, settings: dict) -> None:
+        self._update(conv_id, "settings", json.dumps(settings))
+
+    def delete(self, conv_id: str) -> None:
+        self.db.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
+
+    def _update(self, conv_id: str, column: str, value: str) -> None:
+        cur = self.db.execute(f"UPDATE conversations SET {column} = ?, updated = ? WHERE id = ?", (value, time.time(), conv_id))
+        if cur.rowcount == 0:
+            raise StoreError(f"no conversation {conv_id}")
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def append(self, conv_id: str, role: str, content: str, complete: bool = True, stats: dict | None = None) -> int:
+        if role not in ("user", "assistant", "system"):
+            raise StoreError(f"bad role {role!r}")
+        with self.db:
+            self.db.execute("BEGIN")
+            pos = self.db.execute(
+                "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?", (conv_id,)
+            ).fetchone()[0]
+            cur = self.db.execute(
+                "INSERT INTO messages (conversation_id, position, role, content, stats, complete, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conv_id, pos, role, content, json.dumps(stats or {}), int(complete), time.time()),
+            )
+            self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conv_id))
+        return int(cur.lastrowid)
+
+    def update_message(self, msg_id: int, content: str, complete: bool, stats: dict | None = None) -> None:
+        """Called as an answer streams (autocommit: each call is on disk when it returns)."""
+        if stats is None:
+            self.db.execute("UPDATE messages SET content = ?, complete = ? WHERE id = ?", (content, int(complete), msg_id))
+        else:
+            self.db.execute(
+                "UPDATE messages SET content = ?, complete = ?, stats = ? WHERE id = ?",
+                (content, int(complete), json.dumps(stats), msg_id),
+            )
+
+    def truncate_from(self, conv_id: str, msg_id: int) -> None:
+        """Drop a message and everything after it (regenerate, edit-and-resend)."""
+        row = self.db.execute("SELECT position FROM messages WHERE id = ? AND conversation_id = ?", (msg_id, conv_id)).fetchone()
+        if row is None:
+            raise StoreError(f"no message {msg_id} in {conv_id}")
+        self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conv_id, row[0]))
+
+    def search(self, query: str) -> list[tuple[str, str]]:
+        """(conversation id, snippet) of messages matching the words of query, best first."""
+        words = [w for w in query.replace('"', " ").split() if w]
+        if not words:
+            return []
+        fts = " ".join(f'"{w}"*' for w in words)
+        rows = self.db.execute(
+            "SELECT m.conversation_id, snippet(messages_fts, 0, '[', ']', '…', 8) FROM messages_fts"
+            " JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH ? ORDER BY rank LIMIT 50",
+            (fts,),
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    # -- export / import ------------------------------------------------------------------------
+
+    def export_json(self, conv_id: str) -> str:
+        c = self.get(conv_id)
+        return json.dumps(
+            {
+                "format": "specee-chat-conversation",
+                "version": 1,
+                "title": c.title,
+                "system_prompt": c.system_prompt,
+                "settings": c.settings,
+                "messages": [{"role": m.role, "content": m.content, "stats": m.stats} for m in c.messages],
+            },
+            indent=1,
+            ensure_ascii=False,
+        )
+
+    def export_markdown(self, conv_id: str) -> str:
+        c = self.get(conv_id)
+        parts = [f"# {c.title}\n"]
+        if c.system_prompt:
+            parts.append(f"*System:* {c.system_prompt}\n")
+        for m in c.messages:
+            parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}:**\n\n{m.content}\n")
+        return "\n".join(parts)
+
+    def import_json(self, text: str) -> Conversation:
+        try:
+            data = json.loads(text)
+            if data.get("format") != "specee-chat-conversation":
+                raise ValueError("not a SpecEE Chat conversation export")
+            messages = [(str(m["role"]), str(m["content"]), dict(m.get("stats", {}))) for m in data["messages"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StoreError(f"cannot import this file: {exc}") from None
+        conv = self.create(str(data.get("title") or "Imported chat"), str(data.get("system_prompt", "")), data.get("settings"))
+        for role, content, stats in messages:
+            self.append(conv.id, role, content, True, stats)
+        return self.get(conv.id)

@@ -1,0 +1,87 @@
+"""The conversation store: streamed answers survive a kill, search, export/import, damage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engine.chats.store import ConversationStore, StoreError
+
+
+def test_create_append_rename_delete_and_order(tmp_path: Path) -> None:
+    s = ConversationStore(tmp_path / "c.db")
+    a = s.create("First")
+    b = s.create("Second", system_prompt="Be brief.")
+    s.append(a.id, "user", "hello")
+    assert [c.id for c in s.list()] == [a.id, b.id]  # most recently updated first
+    s.rename(b.id, "  ")
+    assert s.get(b.id).title == "Untitled" and s.get(b.id).system_prompt == "Be brief."
+    s.delete(a.id)
+    assert [c.id for c in s.list()] == [b.id]
+    with pytest.raises(StoreError):
+        s.get(a.id)
+    with pytest.raises(StoreError):
+        s.append(b.id, "robot", "x")
+
+
+def test_a_killed_process_loses_nothing_already_streamed(tmp_path: Path) -> None:
+    """A writer streaming an answer is SIGKILLed mid-answer; what it wrote is all there."""
+    db = tmp_path / "c.db"
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        from engine.chats.store import ConversationStore
+        s = ConversationStore(__import__("pathlib").Path({str(db)!r}))
+        c = s.create("streaming")
+        s.append(c.id, "user", "count")
+        mid = s.append(c.id, "assistant", "", complete=False)
+        text = ""
+        for i in range(50):
+            text += f"{{i}} "
+            s.update_message(mid, text, complete=False)
+        print(c.id, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -9
+    conv_id = out.stdout.split()[0]
+    conv = ConversationStore(db).get(conv_id)
+    assert [m.role for m in conv.messages] == ["user", "assistant"]
+    answer = conv.messages[1]
+    assert answer.content.split() == [str(i) for i in range(50)] and not answer.complete
+
+
+def test_search_export_import_and_truncate(tmp_path: Path) -> None:
+    s = ConversationStore(tmp_path / "c.db")
+    c = s.create("Bikes")
+    s.append(c.id, "user", "How do bicycles stay upright?")
+    mid = s.append(c.id, "assistant", "Gyroscopic effects and steering geometry.", stats={"decode_tok_s": 80.0})
+    other = s.create("Bread")
+    s.append(other.id, "user", "Bake sourdough")
+    hits = s.search("steer")
+    assert [h[0] for h in hits] == [c.id] and "[steer" in hits[0][1]
+    assert s.search('"') == []
+    md = s.export_markdown(c.id)
+    assert md.startswith("# Bikes") and "Gyroscopic" in md
+    copy = s.import_json(s.export_json(c.id))
+    assert [m.content for m in copy.messages] == [m.content for m in s.get(c.id).messages]
+    assert copy.messages[1].stats == {"decode_tok_s": 80.0}
+    with pytest.raises(StoreError, match="cannot import"):
+        s.import_json(json.dumps({"format": "other"}))
+    s.truncate_from(c.id, mid)
+    assert [m.role for m in s.get(c.id).messages] == ["user"]
+    s.update_message(s.get(other.id).messages[0].id, "Bake rye", True)
+    assert s.search("sourdough") == [] and s.search("rye")[0][0] == other.id
+
+
+def test_a_damaged_database_file_gives_an_actionable_error(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    db.write_bytes(os.urandom(4096))
+    with pytest.raises(StoreError, match="move it aside"):
+        ConversationStore(db)
