@@ -282,8 +282,9 @@ def fit_predictors(
     check_cost: float = 0.15,
     heldout_frac: float = 0.3,
     n_cand: int = 0,
-    vocab_precision: float = 0.998,
+    vocab_precision: float = 0.99,
     vocab_size: int = 49152,
+    n_dv: int = 4096,
 ) -> tuple[ExitPredictors, dict]:
     """n_cand > 0 keeps only the head's first n_cand candidates of the recording (they are stored
     in the head's rank order), so one recording serves every candidate count."""
@@ -314,14 +315,18 @@ def fit_predictors(
             running &= ~(z_cal[:, layer] > thr[layer])
         zv = vf[is_held] @ vw + vb
         vthr = calibrate(zv[running, None], vy[is_held][running, None], vocab_precision)[0]
-        if np.isfinite(vthr):
+        hit = zv[running] > vthr if np.isfinite(vthr) else np.zeros(running.sum(), bool)
+        # It runs on every step that reaches the end and saves the full head only where it fires.
+        vocab_cost = head_cost * n_dv / vocab_size
+        gain = float(hit.mean()) * (head_cost - vocab_cost) - vocab_cost if hit.size else 0.0
+        vocab_metrics = {
+            "draft_vocab_covers_full_argmax": round(float(vy.mean()), 4),
+            "vocab_head_would_fire": round(float(hit.mean()) if hit.size else 0.0, 4),
+            "vocab_head_gain_layers_per_token": round(gain, 3),
+        }
+        if gain > 0:
             out.vocab_head = ([float(v) for v in vw], vb, float(vthr))
-            hit = zv[running] > vthr
-            vocab_metrics = {
-                "vocab_head_rate": round(float(hit.mean()) * float(running.mean()), 4),
-                "vocab_head_precision": round(float(vy[is_held][running][hit].mean()) if hit.any() else 1.0, 4),
-                "draft_vocab_covers_full_argmax": round(float(vy.mean()), 4),
-            }
+            vocab_metrics["vocab_head_precision"] = round(float(vy[is_held][running][hit].mean()), 4)
     for layer in schedule:
         pr = preds[layer]
         pr.threshold = float(thr[layer])
@@ -388,7 +393,12 @@ def train_exits(
     t0 = time.monotonic()
     data = collect(model, head, prompts, work, max_new, n_threads or physical_cores())
     t_data = time.monotonic() - t0
-    preds, metrics = fit_predictors(data, sha, precision=precision, epochs=epochs)
+    from gguf import GGUFReader
+
+    d2t = [t for t in GGUFReader(str(head)).tensors if t.name == "d2t"]
+    n_dv = int(d2t[0].data.shape[0]) if d2t else 0
+    vocab_size = len(GGUFReader(str(model)).fields["tokenizer.ggml.tokens"].data)
+    preds, metrics = fit_predictors(data, sha, precision=precision, epochs=epochs, n_dv=n_dv, vocab_size=vocab_size)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_predictors(preds, out)
     entry = {

@@ -56,6 +56,7 @@ struct specee_exit_build {
     ggml_tensor * h_exit = nullptr;
     ggml_tensor * t_end = nullptr;
     bool can_fill = false;
+    bool with_vocab = false;  // built with the draft-vocabulary head
     ggml_tensor * vocab_logits = nullptr;  // [n_dv] after the last layer, when the head has a d2t
     std::vector<ggml_tensor *> logits, h_out, fill_first;
     std::unordered_map<const ggml_tensor *, int> role;  // layer of a logits node, or ROLE_END
@@ -94,6 +95,10 @@ struct specee_ee {
     float vocab_b = 0.0f, vocab_thr = 0.0f;
     std::vector<float> dv_logits;
     bool vocab_exit = false;
+    bool recording = false;  // this step records (the vocab head's logits are part of the record)
+
+    // The draft-vocabulary head costs ~1/12 of the lm_head: only graphs that use it have it.
+    bool wants_vocab_node() const { return w_dv != nullptr && (vocab_on || recording); }
 
     // per decode
     bool no_exit = false;         // full depth (recording, shadow)
@@ -125,7 +130,7 @@ public:
         if (b.owner == nullptr) {
             return t_active == nullptr;
         }
-        return t_active == b.owner && t_active->generation == b.generation;
+        return t_active == b.owner && t_active->generation == b.generation && b.with_vocab == t_active->wants_vocab_node();
     }
 };
 
@@ -395,7 +400,8 @@ void specee_exit_graph_layer(llm_graph_context & g, specee_exit_build * b, int i
     b->logits[il] = l;
     b->h_out[il] = h;
     b->role[l] = il;
-    if (il == g.n_layer - 1 && b->owner->w_dv != nullptr) {
+    if (il == g.n_layer - 1 && b->owner->wants_vocab_node()) {
+        b->with_vocab = true;
         ggml_tensor * v = ggml_mul_mat(g.ctx0, b->owner->w_dv, n);  // [n_dv, 1]
         ggml_set_name(v, "specee_vocab_logits");
         ggml_set_output(v);
@@ -652,6 +658,7 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
     }
     const bool shadow = record == nullptr && x->shadow_every > 0 && x->stats.n_steps % x->shadow_every == 0;
     x->no_exit = record != nullptr || shadow;
+    x->recording = record != nullptr;
     if (!decode_target(x)) {
         return -1;
     }
