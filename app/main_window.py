@@ -1,29 +1,38 @@
-"""The first window: a conversation view, an input box, Send/Stop, and a tokens/sec readout."""
+"""The main window: conversations on the left; the chat (Markdown, streaming), its system prompt and
+sampling preset, the input box and actions on the right; engine state, context use and the speed
+meter in the status bar. All engine work happens in the worker process (WorkerBridge)."""
 
 from __future__ import annotations
 
-import html
 import threading
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QKeyEvent, QTextCursor
+from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QMainWindow,
     QPlainTextEdit,
     QPushButton,
+    QSplitter,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
+from app.sidebar import ConversationSidebar
+from app.speed_meter import SpeedMeter
 from app.worker_bridge import WorkerBridge
 from engine import protocol as p
+from engine.chats.render import conversation_markdown
+from engine.chats.store import ConversationStore
 from engine.models.default_model import ensure_default_model
-from engine.stats_text import accel_summary
 
 
 class PromptEdit(QPlainTextEdit):
@@ -55,61 +64,131 @@ class _ModelResolver(QObject):
         threading.Thread(target=work, name="model-resolver", daemon=True).start()
 
 
+PRESETS = {  # name -> (temperature, top_p)
+    "Precise": (0.2, 0.9),
+    "Balanced": (0.7, 0.95),
+    "Creative": (1.0, 0.98),
+}
+
+
 class MainWindow(QMainWindow):
-    def __init__(self, model_path: str | Path | None = None, sampling: p.Sampling | None = None) -> None:
+    def __init__(
+        self, model_path: str | Path | None = None, sampling: p.Sampling | None = None, store: ConversationStore | None = None
+    ) -> None:
         super().__init__()
         self.setWindowTitle("SpecEE Chat")
-        self.resize(820, 640)
+        self.resize(1040, 700)
         self.model_path = str(model_path) if model_path else None
         self.sampling = sampling or p.Sampling()
-        self.history: list[dict[str, str]] = []
+        self.store = store or ConversationStore()
+        self.conv_id: str | None = None  # a new, unsaved chat until its first message
+        self.messages: list[dict] = []  # {'role', 'content', 'stats', 'id'} of the open conversation
         self.request_id = ""
         self.answer = ""
+        self.answer_msg_id = 0
         self.model_loaded = False
+        self.n_ctx = 0
+        self.notices: list[str] = []
+        self.code: list[str] = []
 
+        self.sidebar = ConversationSidebar(self.store)
         self.view = QTextBrowser()
         self.view.setAccessibleName("Conversation")
-        self.view.setOpenExternalLinks(True)
+        self.view.setOpenLinks(False)
+        self.view.anchorClicked.connect(self._on_link)
+        self.system_edit = QLineEdit()
+        self.system_edit.setPlaceholderText("System prompt for this chat (optional)")
+        self.system_edit.setAccessibleName("System prompt")
+        self.preset = QComboBox()
+        self.preset.addItems(list(PRESETS))
+        self.preset.setCurrentText("Balanced")
+        self.preset.setAccessibleName("Sampling preset")
         self.input = PromptEdit()
         self.input.setAccessibleName("Message")
         self.input.setPlaceholderText("Message the model (Enter sends, Shift+Enter for a new line)")
         self.input.setFixedHeight(80)
-        self.send_button = QPushButton("Send")
-        self.send_button.setAccessibleName("Send")
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setAccessibleName("Stop")
+        self.send_button = self._button("Send")
+        self.stop_button = self._button("Stop")
         self.stop_button.setEnabled(False)
-        self.restart_button = QPushButton("Restart engine")
-        self.restart_button.setAccessibleName("Restart engine")
+        self.regen_button = self._button("Regenerate")
+        self.edit_button = self._button("Edit last")
+        self.copy_button = self._button("Copy answer")
+        self.restart_button = self._button("Restart engine")
         self.restart_button.setVisible(False)
 
+        top = QHBoxLayout()
+        top.addWidget(self.system_edit, 1)
+        top.addWidget(self.preset)
         buttons = QVBoxLayout()
         for b in (self.send_button, self.stop_button, self.restart_button):
             buttons.addWidget(b)
         buttons.addStretch()
+        actions = QHBoxLayout()
+        for b in (self.regen_button, self.edit_button, self.copy_button):
+            actions.addWidget(b)
+        actions.addStretch()
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
         row.addLayout(buttons)
-        layout = QVBoxLayout()
-        layout.addWidget(self.view, 1)
-        layout.addLayout(row)
-        central = QWidget()
-        central.setLayout(layout)
-        self.setCentralWidget(central)
+        chat = QVBoxLayout()
+        chat.addLayout(top)
+        chat.addWidget(self.view, 1)
+        chat.addLayout(actions)
+        chat.addLayout(row)
+        chat_widget = QWidget()
+        chat_widget.setLayout(chat)
+        splitter = QSplitter()
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(chat_widget)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([240, 800])
+        self.setCentralWidget(splitter)
 
         self.state_label = QLabel("Starting…")
-        self.speed_label = QLabel("")
-        self.speed_label.setAccessibleName("Tokens per second")
+        self.context_label = QLabel("")
+        self.context_label.setAccessibleName("Context usage")
+        self.meter = SpeedMeter()
+        self.speed_label = self.meter.label
         self.statusBar().addWidget(self.state_label, 1)
-        self.statusBar().addPermanentWidget(self.speed_label)
+        self.statusBar().addPermanentWidget(self.context_label)
+        self.statusBar().addPermanentWidget(self.meter)
+
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(50)  # while streaming: redraw at most 20 times a second
+        self._render_timer.timeout.connect(self._render)
 
         self.bridge = WorkerBridge(self)
         self.bridge.event.connect(self.on_event)
         self.input.submitted.connect(self.send_message)
         self.send_button.clicked.connect(self.send_message)
         self.stop_button.clicked.connect(self.stop_answer)
+        self.regen_button.clicked.connect(self.regenerate)
+        self.edit_button.clicked.connect(self.edit_last)
+        self.copy_button.clicked.connect(self.copy_answer)
         self.restart_button.clicked.connect(self.start_engine)
+        self.sidebar.selected.connect(self.open_conversation)
+        self.sidebar.new_requested.connect(self.new_conversation)
+        self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
+        self.system_edit.editingFinished.connect(self._save_system_prompt)
+        self.preset.currentTextChanged.connect(self._on_preset)
+        for key, slot in (("Ctrl+N", self.new_conversation), ("Ctrl+K", self._focus_search), ("Esc", self.stop_answer)):
+            QShortcut(QKeySequence(key), self, activated=slot)
+        self.sidebar.refresh()
         self._set_busy(False)
+        self._render()
+
+    def _button(self, text: str) -> QPushButton:
+        b = QPushButton(text)
+        b.setAccessibleName(text)
+        return b
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """What the model sees: the system prompt, then the conversation."""
+        system = self.system_edit.text().strip()
+        head = [{"role": "system", "content": system}] if system else []
+        return head + [{"role": m["role"], "content": m["content"]} for m in self.messages]
 
     # -- engine lifecycle ---------------------------------------------------------------------------
 
@@ -134,8 +213,57 @@ class MainWindow(QMainWindow):
         self.bridge.send(p.Load(path, p.Placement(), mode="auto"))
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if self.request_id and self.answer_msg_id:
+            self.store.update_message(self.answer_msg_id, self.answer, complete=False)
         self.bridge.shutdown()
         super().closeEvent(event)
+
+    # -- conversations --------------------------------------------------------------------------------
+
+    def new_conversation(self) -> None:
+        if self.request_id:
+            return
+        self.conv_id, self.messages, self.notices = None, [], []
+        self.system_edit.clear()
+        self.sidebar.list.clearSelection()
+        self.sidebar.list.setCurrentItem(None)
+        self._render()
+        self.input.setFocus()
+
+    def open_conversation(self, conv_id: str) -> None:
+        if self.request_id or conv_id == self.conv_id:
+            return
+        conv = self.store.get(conv_id)
+        self.conv_id = conv.id
+        self.messages = [{"role": m.role, "content": m.content, "stats": m.stats, "id": m.id} for m in conv.messages]
+        self.notices = []
+        self.system_edit.setText(conv.system_prompt)
+        preset = conv.settings.get("preset")
+        if preset in PRESETS:
+            self.preset.setCurrentText(preset)
+        self._render()
+
+    def _ensure_conversation(self, first_text: str) -> str:
+        if self.conv_id is None:
+            title = " ".join(first_text.split())[:48] or "New chat"
+            conv = self.store.create(title, self.system_edit.text().strip(), {"preset": self.preset.currentText()})
+            self.conv_id = conv.id
+            self.sidebar.refresh(current=conv.id)
+        return self.conv_id
+
+    def _save_system_prompt(self) -> None:
+        if self.conv_id:
+            self.store.set_system_prompt(self.conv_id, self.system_edit.text().strip())
+
+    def _on_preset(self, name: str) -> None:
+        temp, top_p = PRESETS[name]
+        self.sampling = replace(self.sampling, temperature=temp, top_p=top_p)
+        if self.conv_id:
+            self.store.set_settings(self.conv_id, {"preset": name})
+
+    def _focus_search(self) -> None:
+        self.sidebar.search.setFocus()
+        self.sidebar.search.selectAll()
 
     # -- chat -----------------------------------------------------------------------------------------
 
@@ -143,76 +271,141 @@ class MainWindow(QMainWindow):
         text = self.input.toPlainText().strip()
         if not text or self.request_id or not self.model_loaded:
             return
-        self.history.append({"role": "user", "content": text})
+        conv_id = self._ensure_conversation(text)
+        msg_id = self.store.append(conv_id, "user", text)
+        self.messages.append({"role": "user", "content": text, "stats": {}, "id": msg_id})
+        if self._generate():
+            self.input.clear()
+
+    def _generate(self) -> bool:
+        """Ask for an answer to the conversation as it stands (its last message is the user's)."""
+        assert self.conv_id is not None
         self.request_id = uuid.uuid4().hex[:12]
-        if not self.bridge.send(p.Generate(self.request_id, list(self.history), self.sampling)):
-            self.history.pop()  # the text stays in the input box: nothing typed is lost
-            self.request_id = ""
-            return
-        self.input.clear()
-        self._append_html(f"<p><b>You</b><br>{_html_text(text)}</p><p><b>Assistant</b><br>")
+        self.notices = []
+        if not self.bridge.send(p.Generate(self.request_id, self.history, self.sampling)):
+            return False
         self.answer = ""
+        self.answer_msg_id = self.store.append(self.conv_id, "assistant", "", complete=False)
+        self.messages.append({"role": "assistant", "content": "", "stats": {}, "id": self.answer_msg_id})
+        self.meter.reset()
         self._set_busy(True)
+        self._render()
+        return True
 
     def stop_answer(self) -> None:
         if self.request_id:
             self.bridge.send(p.Cancel(self.request_id))
 
+    def regenerate(self) -> None:
+        if self.request_id or not self.model_loaded or not self.messages or self.messages[-1]["role"] != "assistant":
+            return
+        last = self.messages.pop()
+        self.store.truncate_from(self.conv_id, last["id"])
+        self._generate()
+
+    def edit_last(self) -> None:
+        """Put the last question back into the input box; it and what followed are removed."""
+        if self.request_id:
+            return
+        users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+        if not users:
+            return
+        i = users[-1]
+        self.input.setPlainText(self.messages[i]["content"])
+        self.store.truncate_from(self.conv_id, self.messages[i]["id"])
+        del self.messages[i:]
+        self._render()
+        self.input.setFocus()
+
+    def copy_answer(self) -> None:
+        answers = [m["content"] for m in self.messages if m["role"] == "assistant"]
+        if answers:
+            QApplication.clipboard().setText(answers[-1])
+
     def on_event(self, msg: p.Message) -> None:
         if isinstance(msg, p.Loaded):
             self.model_loaded = True
+            self.n_ctx = msg.n_ctx
+            self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             self.state_label.setText(f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}")
             self.state_label.setToolTip(msg.mode_reason or f"acceleration: {msg.mode}")
             self._set_busy(False)
         elif isinstance(msg, p.Token) and msg.request_id == self.request_id:
             self.answer += msg.text
-            cursor = self.view.textCursor()
-            cursor.movePosition(QTextCursor.MoveOperation.End)
-            cursor.insertText(msg.text)
-            self.view.ensureCursorVisible()
+            self.messages[-1]["content"] = self.answer
+            self.store.update_message(self.answer_msg_id, self.answer, complete=False)
+            if not self._render_timer.isActive():
+                self._render_timer.start()
         elif isinstance(msg, p.Stats) and msg.request_id == self.request_id:
-            extra = accel_summary(msg.mode, msg.accel)
-            text = f"{msg.decode_tok_s:.1f} tok/s · first token {msg.ttft_ms:.0f} ms"
-            self.speed_label.setText(text + (f" · {extra}" if extra else ""))
+            self.meter.update_stats(msg)
+            self.messages[-1]["stats"] = {
+                "decode_tok_s": msg.decode_tok_s, "ttft_ms": msg.ttft_ms, "n_generated": msg.n_generated, "mode": msg.mode,
+                "accel": {k: v for k, v in msg.accel.items() if k != "exit_hist"},
+            }  # fmt: skip
+            if self.n_ctx:
+                self.context_label.setText(f"context {msg.n_ctx_used}/{self.n_ctx}")
         elif isinstance(msg, p.Notice):
-            self._append_html(f"<p><i>{html.escape(msg.message)}</i></p>")
+            self.notices.append(msg.message)
+            self._render()
         elif isinstance(msg, p.Done) and msg.request_id == self.request_id:
-            self.history.append({"role": "assistant", "content": self.answer})
+            self.store.update_message(self.answer_msg_id, self.answer, complete=True, stats=self.messages[-1]["stats"])
             if msg.finish_reason == "cancelled":
-                self._append_html(" <i>[stopped]</i>")
+                self.notices.append("[stopped]")
             self.request_id = ""
             self._set_busy(False)
+            self.sidebar.refresh()
+            self._render()
         elif isinstance(msg, p.Error):
             self._show_error(msg.kind, msg.message)
 
     def _show_error(self, kind: str, message: str) -> None:
         if self.request_id:
-            # The failed question goes back into the input box so nothing typed is lost.
-            if self.history and self.history[-1]["role"] == "user":
-                self.input.setPlainText(self.history.pop()["content"])
+            # The failed question goes back into the input box, and out of the conversation, so
+            # nothing typed is lost and nothing is sent twice.
             self.request_id = ""
-        self._append_html(f"<p style='color:#b00020'><b>Error ({html.escape(kind)}):</b> {_html_text(message)}</p>")
+            users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+            if users:
+                i = users[-1]
+                self.input.setPlainText(self.messages[i]["content"])
+                if self.conv_id:
+                    self.store.truncate_from(self.conv_id, self.messages[i]["id"])
+                del self.messages[i:]
+        self.notices.append(f"**Error ({kind}):** {message}")
         self.state_label.setText(f"Error: {message.splitlines()[0]}")
         if kind == "worker_died":
             self.model_loaded = False
             self.restart_button.setVisible(True)
         self._set_busy(False)
+        self._render()
 
     # -- helpers --------------------------------------------------------------------------------------
 
-    def _append_html(self, fragment: str) -> None:
-        cursor = self.view.textCursor()
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertHtml(fragment)
-        self.view.ensureCursorVisible()
+    def _render(self) -> None:
+        md, self.code = conversation_markdown(self.messages)
+        if self.notices:
+            md += "\n\n" + "\n\n".join(f"*{n}*" if not n.startswith("**") else n for n in self.notices)
+        if not self.messages and not self.notices:
+            md = "*Ask anything. Enter sends, Shift+Enter adds a line, Ctrl+N starts a new chat, Ctrl+K searches.*"
+        bar = self.view.verticalScrollBar()
+        at_end = bar.value() >= bar.maximum() - 4
+        self.view.setMarkdown(md)
+        if at_end:
+            bar.setValue(bar.maximum())
+
+    def _on_link(self, url: QUrl) -> None:
+        if url.scheme() == "copy":
+            i = int(url.path() or url.toString().split(":", 1)[1])
+            if 0 <= i < len(self.code):
+                QApplication.clipboard().setText(self.code[i])
+        else:
+            QDesktopServices.openUrl(url)
 
     def _set_busy(self, busy: bool) -> None:
         self.stop_button.setEnabled(busy)
         self.send_button.setEnabled(not busy and self.model_loaded)
+        idle = not busy and self.model_loaded
+        self.regen_button.setEnabled(idle)
+        self.edit_button.setEnabled(not busy)
 
     def transcript(self) -> str:
         return self.view.toPlainText()
-
-
-def _html_text(text: str) -> str:
-    return html.escape(text).replace("\n", "<br>")

@@ -162,6 +162,7 @@ class Loaded(Message):
     mode: str = "vanilla"
     mode_reason: str = ""  # why `auto` chose this mode, measured on this machine
     load_ms: float = 0.0
+    measured_tok_s: dict[str, float] = field(default_factory=dict)  # auto's calibration, per mode
 
 
 @dataclass

@@ -76,6 +76,7 @@ class Session:
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.mode_reason = ""
+        self.measured: dict[str, float] = {}
         self.mode, self.decoder = self._make_decoder(load)
         self.loaded = p.Loaded(
             model_path=str(load.model_path),
@@ -90,6 +91,7 @@ class Session:
             mode=self.mode,
             mode_reason=self.mode_reason,
             load_ms=(time.perf_counter() - start) * 1000,
+            measured_tok_s=self.measured,
         )
 
     def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
@@ -171,6 +173,7 @@ class Session:
             cache[key] = {"mode": mode, "speeds": speeds}
             write_text_atomic(cache_file, json.dumps(cache, indent=1))
         c = cache[key]
+        self.measured = dict(c["speeds"])
         v = c["speeds"]["vanilla"]
         parts = ", ".join(f"{m} {s:.0f} tok/s ({s / max(v, 1e-9):.2f}x)" for m, s in c["speeds"].items())
         self.mode_reason = f"auto: measured here {parts}; using {c['mode']}"

@@ -1,0 +1,103 @@
+"""The conversation list: new, rename (double-click or F2), delete (Del), full-text search."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QLineEdit, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
+
+from engine.chats.store import ConversationStore
+
+
+class ConversationSidebar(QWidget):
+    selected = Signal(str)  # conversation id
+    new_requested = Signal()
+    deleted = Signal(str)
+
+    def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search chats (Ctrl+K)")
+        self.search.setAccessibleName("Search conversations")
+        self.search.setClearButtonEnabled(True)
+        self.list = QListWidget()
+        self.list.setAccessibleName("Conversations")
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.new_button = QPushButton("New chat")
+        self.new_button.setAccessibleName("New chat")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.new_button)
+        layout.addWidget(self.search)
+        layout.addWidget(self.list, 1)
+        self.new_button.clicked.connect(self.new_requested)
+        self.search.textChanged.connect(lambda _t: self.refresh())
+        self.list.currentItemChanged.connect(self._on_current)
+        self.list.itemChanged.connect(self._on_renamed)
+        self.list.customContextMenuRequested.connect(self._menu)
+        self._filling = False
+
+    def refresh(self, current: str | None = None) -> None:
+        current = current or self.current_id()
+        query = self.search.text().strip()
+        convs = self.store.list()
+        if query:
+            order = []
+            for conv_id, _snippet in self.store.search(query):
+                if conv_id not in order:
+                    order.append(conv_id)
+            by_id = {c.id: c for c in convs}
+            convs = [by_id[i] for i in order if i in by_id] + [
+                c for c in convs if query.lower() in c.title.lower() and c.id not in order
+            ]
+        self._filling = True
+        self.list.clear()
+        for c in convs:
+            item = QListWidgetItem(c.title)
+            item.setData(Qt.ItemDataRole.UserRole, c.id)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
+            self.list.addItem(item)
+            if c.id == current:
+                self.list.setCurrentItem(item)
+        self._filling = False
+
+    def current_id(self) -> str | None:
+        item = self.list.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item else None
+
+    def select(self, conv_id: str) -> None:
+        for i in range(self.list.count()):
+            if self.list.item(i).data(Qt.ItemDataRole.UserRole) == conv_id:
+                self.list.setCurrentRow(i)
+                return
+
+    def keyPressEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        item = self.list.currentItem()
+        if item and event.key() == Qt.Key.Key_Delete:
+            self.delete(item.data(Qt.ItemDataRole.UserRole))
+        elif item and event.key() == Qt.Key.Key_F2:
+            self.list.editItem(item)
+        else:
+            super().keyPressEvent(event)
+
+    def delete(self, conv_id: str) -> None:
+        self.store.delete(conv_id)
+        self.deleted.emit(conv_id)
+        self.refresh()
+
+    def _on_current(self, item: QListWidgetItem | None, _prev: QListWidgetItem | None) -> None:
+        if item is not None and not self._filling:
+            self.selected.emit(item.data(Qt.ItemDataRole.UserRole))
+
+    def _on_renamed(self, item: QListWidgetItem) -> None:
+        if not self._filling:
+            self.store.rename(item.data(Qt.ItemDataRole.UserRole), item.text())
+
+    def _menu(self, pos) -> None:  # type: ignore[no-untyped-def]
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        menu = QMenu(self)
+        menu.addAction("Rename", lambda: self.list.editItem(item))
+        menu.addAction("Delete", lambda: self.delete(item.data(Qt.ItemDataRole.UserRole)))
+        menu.exec(self.list.mapToGlobal(pos))

@@ -1,0 +1,78 @@
+"""The status-bar speed meter: rolling decode tok/s, prompt speed, time to first token, the
+acceleration's own numbers, and a sparkline of tok/s over the current answer."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QPointF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
+
+from engine import protocol as p
+from engine.stats_text import accel_summary
+
+
+class Sparkline(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.values: list[float] = []
+        self.setAccessibleName("Speed over this answer")
+        self.setMinimumSize(QSize(90, 18))
+
+    def set_values(self, values: list[float]) -> None:
+        self.values = values[-120:]
+        self.update()
+
+    def paintEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        if len(self.values) < 2:
+            return
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        w, h = self.width() - 2, self.height() - 2
+        top = max(self.values) or 1.0
+        pts = [QPointF(1 + w * i / (len(self.values) - 1), 1 + h * (1 - v / top)) for i, v in enumerate(self.values)]
+        painter.setPen(QPen(QColor(self.palette().highlight().color()), 1.5))
+        painter.drawPolyline(QPolygonF(pts))
+        painter.end()
+
+
+class SpeedMeter(QWidget):
+    """Fed with every Stats event of the answer being generated (reset() at its start)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = QLabel("")
+        self.label.setAccessibleName("Tokens per second")
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.sparkline = Sparkline()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.label)
+        row.addWidget(self.sparkline)
+        self.vanilla_tok_s = 0.0  # the model's measured vanilla speed, when known (auto-mode calibration)
+        self.reset()
+
+    def reset(self) -> None:
+        self._last: tuple[float, int] | None = None
+        self.rolling: list[float] = []
+        self.sparkline.set_values([])
+
+    def update_stats(self, s: p.Stats) -> None:
+        now = time.monotonic()
+        if self._last is not None and s.n_generated > self._last[1] and now > self._last[0]:
+            self.rolling.append((s.n_generated - self._last[1]) / (now - self._last[0]))
+        self._last = (now, s.n_generated)
+        recent = self.rolling[-4:]
+        rolling = sum(recent) / len(recent) if recent else s.decode_tok_s
+        parts = [f"{rolling:.1f} tok/s", f"prompt {s.prefill_tok_s:.0f} tok/s", f"first token {s.ttft_ms:.0f} ms"]
+        if self.vanilla_tok_s > 0 and s.mode != "vanilla" and s.decode_tok_s > 0:
+            parts.append(f"{s.decode_tok_s / self.vanilla_tok_s:.2f}x vanilla")
+        extra = accel_summary(s.mode, s.accel)
+        if extra:
+            parts.append(extra)
+        self.label.setText(" · ".join(parts))
+        self.sparkline.set_values(self.rolling)
+
+    def text(self) -> str:
+        return self.label.text()

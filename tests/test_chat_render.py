@@ -1,0 +1,18 @@
+from engine.chats.render import code_blocks, conversation_markdown
+
+
+def test_code_blocks_get_copy_links_in_order() -> None:
+    msgs = [
+        {"role": "user", "content": "show code"},
+        {"role": "assistant", "content": "a\n```python\nprint(1)\n```\nb\n~~~\nx = 2\n~~~\n", "stats": {"decode_tok_s": 50.0}},
+    ]
+    md, blocks = conversation_markdown(msgs)
+    assert blocks == ["print(1)\n", "x = 2\n"]
+    assert md.index("(copy:0)") < md.index("(copy:1)") and "50.0 tok/s" in md
+    assert md.startswith("**You**")
+
+
+def test_a_streaming_answer_with_an_open_fence_still_renders_as_code() -> None:
+    md, blocks = conversation_markdown([{"role": "assistant", "content": "```\nfor i in x:"}])
+    assert "(copy:0)" in md and blocks == ["for i in x:\n"]
+    assert code_blocks("no code") == []
