@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self.regen_button = self._button("Regenerate")
         self.edit_button = self._button("Edit last")
         self.copy_button = self._button("Copy answer")
+        self.models_button = self._button("Models…")
         self.restart_button = self._button("Restart engine")
         self.restart_button.setVisible(False)
 
@@ -127,6 +128,7 @@ class MainWindow(QMainWindow):
         for b in (self.regen_button, self.edit_button, self.copy_button):
             actions.addWidget(b)
         actions.addStretch()
+        actions.addWidget(self.models_button)
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
         row.addLayout(buttons)
@@ -167,6 +169,7 @@ class MainWindow(QMainWindow):
         self.edit_button.clicked.connect(self.edit_last)
         self.copy_button.clicked.connect(self.copy_answer)
         self.restart_button.clicked.connect(self.start_engine)
+        self.models_button.clicked.connect(self.open_model_manager)
         self.sidebar.selected.connect(self.open_conversation)
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())

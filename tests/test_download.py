@@ -154,3 +154,22 @@ def test_disk_full_while_writing_keeps_the_partial_file_and_says_why(
     assert not (tmp_path / f.filename).exists()
     monkeypatch.setattr(Path, "open", real_open)
     assert download(f, tmp_path).stat().st_size == f.size  # after freeing space, it resumes
+
+
+def test_the_model_manager_downloads_with_progress(qtbot, hub: HubServer, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+    from app.model_manager import ModelManager
+
+    dialog = ModelManager()
+    qtbot.addWidget(dialog)
+    assert dialog.repos.count() >= 3  # the catalog, before any search
+    dialog.search.setText("tiny")
+    dialog.run_search()
+    qtbot.waitUntil(lambda: dialog.repos.count() == 1 and dialog.repos.item(0).text() == "someone/tiny-GGUF", timeout=10_000)
+    dialog.repos.setCurrentRow(0)
+    qtbot.waitUntil(lambda: dialog.files.count() == 1, timeout=10_000)
+    assert "fits on this machine" in dialog.files.item(0).text()
+    dialog.files.setCurrentRow(0)
+    dialog.start_download()
+    qtbot.waitUntil(lambda: dialog.use_button.isEnabled(), timeout=30_000)
+    assert dialog.bar.value() == dialog.bar.maximum() and "sha256 verified" in dialog.status.text()
+    assert dialog.downloaded and Path(dialog.downloaded).parent == isolated_data / "models"
