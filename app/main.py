@@ -18,10 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
+    from app.theme import apply_theme
 
     app = QApplication.instance() or QApplication(argv)
     app.setApplicationName("SpecEE Chat")
     app.setOrganizationName("SpecEE Chat")
+    apply_theme(app)
     window = MainWindow()
     window.show()
     window.start_engine()

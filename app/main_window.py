@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.model_manager import ModelManager
+from app.settings_dialog import SettingsDialog
 from app.sidebar import ConversationSidebar
 from app.speed_meter import SpeedMeter
 from app.worker_bridge import WorkerBridge
@@ -33,6 +35,7 @@ from engine import protocol as p
 from engine.chats.render import conversation_markdown
 from engine.chats.store import ConversationStore
 from engine.models.default_model import ensure_default_model
+from engine.settings import load_settings, save_settings
 
 
 class PromptEdit(QPlainTextEdit):
@@ -81,6 +84,7 @@ class MainWindow(QMainWindow):
         self.model_path = str(model_path) if model_path else None
         self.sampling = sampling or p.Sampling()
         self.store = store or ConversationStore()
+        self.settings = load_settings()
         self.conv_id: str | None = None  # a new, unsaved chat until its first message
         self.messages: list[dict] = []  # {'role', 'content', 'stats', 'id'} of the open conversation
         self.request_id = ""
@@ -114,6 +118,7 @@ class MainWindow(QMainWindow):
         self.edit_button = self._button("Edit last")
         self.copy_button = self._button("Copy answer")
         self.models_button = self._button("Models…")
+        self.settings_button = self._button("Settings…")
         self.restart_button = self._button("Restart engine")
         self.restart_button.setVisible(False)
 
@@ -129,6 +134,7 @@ class MainWindow(QMainWindow):
             actions.addWidget(b)
         actions.addStretch()
         actions.addWidget(self.models_button)
+        actions.addWidget(self.settings_button)
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
         row.addLayout(buttons)
@@ -170,6 +176,7 @@ class MainWindow(QMainWindow):
         self.copy_button.clicked.connect(self.copy_answer)
         self.restart_button.clicked.connect(self.start_engine)
         self.models_button.clicked.connect(self.open_model_manager)
+        self.settings_button.clicked.connect(self.open_settings)
         self.sidebar.selected.connect(self.open_conversation)
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
@@ -213,7 +220,36 @@ class MainWindow(QMainWindow):
     def _load(self, path: str) -> None:
         self.model_path = path
         self.state_label.setText(f"Loading {Path(path).name}…")
-        self.bridge.send(p.Load(path, p.Placement(), mode="auto"))
+        s = self.settings
+        self.bridge.send(p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode))
+
+    def open_model_manager(self) -> ModelManager:
+        dialog = ModelManager(self)
+        dialog.use_model.connect(self.switch_model)
+        dialog.show()
+        return dialog
+
+    def open_settings(self) -> SettingsDialog:
+        dialog = SettingsDialog(self.settings, self.state_label.toolTip() or self.state_label.text(), self)
+
+        def apply() -> None:
+            new = dialog.result_settings(self.settings)
+            if new != self.settings:
+                self.settings = new
+                save_settings(new)
+                if self.model_path:
+                    self.switch_model(self.model_path)
+
+        dialog.accepted.connect(apply)
+        dialog.show()
+        return dialog
+
+    def switch_model(self, path: str) -> None:
+        if self.request_id:
+            self.stop_answer()
+        self.model_loaded = False
+        self._set_busy(False)
+        self._load(path)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.request_id and self.answer_msg_id:

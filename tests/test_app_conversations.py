@@ -76,3 +76,15 @@ def test_the_meter_shows_numbers_from_stats_events(qtbot, window: MainWindow) ->
     assert f"first token {seen[-1].ttft_ms:.0f} ms" in window.meter.text()
     assert len(window.meter.sparkline.values) >= 1
     assert window.context_label.text().startswith("context ")
+
+
+def test_settings_change_reloads_the_engine_in_the_chosen_mode(qtbot, window: MainWindow, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+    dialog = window.open_settings()
+    dialog.mode.setCurrentText("vanilla")
+    dialog.ctx.setValue(2048)
+    loaded: list[p.Loaded] = []
+    window.bridge.event.connect(lambda m: isinstance(m, p.Loaded) and loaded.append(m))
+    dialog.accept()
+    qtbot.waitUntil(lambda: bool(loaded), timeout=60_000)
+    assert loaded[-1].mode == "vanilla" and loaded[-1].n_ctx == 2048
+    assert window.settings.mode == "vanilla" and (isolated_data / "settings.json").exists()
