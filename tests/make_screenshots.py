@@ -1,0 +1,133 @@
+"""Screenshots for the README: the main window (light and dark) with a streamed answer and the
+speed meter, and the model manager mid-download from a local hub server serving the real model.
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    ap.add_argument("--theme", choices=["light", "dark"], required=False)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.theme is None:  # one process per theme: a palette is per application
+        import subprocess
+
+        for theme in ("light", "dark"):
+            env = {**os.environ, "SPECEE_THEME": theme, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")}
+            subprocess.run(
+                [sys.executable, "-m", "tests.make_screenshots", "--out", str(out), "--theme", theme],
+                check=True,
+                env=env,
+                cwd=ROOT,
+            )
+        return 0
+
+    tmp = Path(tempfile.mkdtemp(prefix="specee-shots-"))
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.theme import apply_theme
+    from engine import protocol as p
+    from engine.chats.store import ConversationStore
+    from engine.models.default_model import ensure_default_model
+
+    model = ensure_default_model()
+    app = QApplication(sys.argv)
+    apply_theme(app)
+    store = ConversationStore(tmp / "chats.db")
+    for title in ("Bread history", "Bike maintenance", "Haiku about rain"):
+        c = store.create(title)
+        store.append(c.id, "user", title)
+    w = MainWindow(model_path=model, sampling=p.Sampling.greedy(160), store=store)
+    w.resize(1180, 760)
+    w.show()
+    w.start_engine()
+    state = {"shot": False}
+
+    def ask() -> None:
+        if not w.model_loaded:
+            QTimer.singleShot(100, ask)
+            return
+        w.input.setPlainText("Write a Python function that checks whether a number is prime, then explain it briefly.")
+        w.send_message()
+        QTimer.singleShot(100, wait)
+
+    def wait() -> None:
+        if w.request_id and len(w.answer) > 250 and not state["shot"]:
+            w.grab().save(str(out / f"main-window-{args.theme}-streaming.png"))
+            state["shot"] = True
+        if w.request_id:
+            QTimer.singleShot(50, wait)
+            return
+        w.grab().save(str(out / f"main-window-{args.theme}.png"))
+        if args.theme == "light":
+            manager()
+        else:
+            finish()
+
+    def manager() -> None:
+        from tests.hf_server import HubServer
+
+        hub = HubServer()
+        hub.add_repo("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", {"SmolLM2-135M-Instruct.Q4_1.gguf": model})
+        hub.__enter__()
+        os.environ["HF_ENDPOINT"] = hub.url
+        os.environ["SPECEE_DATA_DIR"] = str(tmp / "data")
+        d = w.open_model_manager()
+        d.resize(820, 520)
+        d.search.setText("SmolLM2")
+        d.run_search()
+        grabbed = {"done": False}
+
+        def on_progress(pr) -> None:  # type: ignore[no-untyped-def]
+            if not grabbed["done"] and pr.done > 0.4 * pr.total:
+                grabbed["done"] = True
+                d.grab().save(str(out / "model-manager-downloading.png"))
+                d.cancel.set()
+
+        def pick() -> None:
+            if d.repos.count() and not d.files.count():
+                d.repos.setCurrentRow(0)
+            if not d.files.count():
+                QTimer.singleShot(100, pick)
+                return
+            d.files.setCurrentRow(0)
+            d.signals.progress.connect(on_progress)
+            d.start_download()
+            QTimer.singleShot(200, lambda: done(d, hub))
+
+        def done(d, hub) -> None:  # type: ignore[no-untyped-def]
+            if not grabbed["done"]:
+                QTimer.singleShot(100, lambda: done(d, hub))
+                return
+            hub.__exit__()
+            finish()
+
+        QTimer.singleShot(100, pick)
+
+    def finish() -> None:
+        w.close()
+        app.quit()
+
+    QTimer.singleShot(0, ask)
+    QTimer.singleShot(180_000, app.quit)
+    app.exec()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
