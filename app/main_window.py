@@ -30,6 +30,7 @@ from app.model_manager import ModelManager
 from app.settings_dialog import SettingsDialog
 from app.sidebar import ConversationSidebar
 from app.speed_meter import SpeedMeter
+from app.train_runner import TrainRunner
 from app.worker_bridge import WorkerBridge
 from engine import protocol as p
 from engine.chats.render import conversation_markdown
@@ -119,6 +120,9 @@ class MainWindow(QMainWindow):
         self.copy_button = self._button("Copy answer")
         self.models_button = self._button("Models…")
         self.settings_button = self._button("Settings…")
+        self.train_button = self._button("Train acceleration")
+        self.train_button.setVisible(False)
+        self.trainer: TrainRunner | None = None
         self.restart_button = self._button("Restart engine")
         self.restart_button.setVisible(False)
 
@@ -133,6 +137,7 @@ class MainWindow(QMainWindow):
         for b in (self.regen_button, self.edit_button, self.copy_button):
             actions.addWidget(b)
         actions.addStretch()
+        actions.addWidget(self.train_button)
         actions.addWidget(self.models_button)
         actions.addWidget(self.settings_button)
         row = QHBoxLayout()
@@ -177,6 +182,7 @@ class MainWindow(QMainWindow):
         self.restart_button.clicked.connect(self.start_engine)
         self.models_button.clicked.connect(self.open_model_manager)
         self.settings_button.clicked.connect(self.open_settings)
+        self.train_button.clicked.connect(self.train_acceleration)
         self.sidebar.selected.connect(self.open_conversation)
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
@@ -243,6 +249,25 @@ class MainWindow(QMainWindow):
         dialog.accepted.connect(apply)
         dialog.show()
         return dialog
+
+    def train_acceleration(self) -> None:
+        """Models without shipped weights run vanilla; this trains theirs in the background."""
+        if self.trainer is not None or not self.model_path:
+            return
+        self.trainer = TrainRunner(self.model_path, self)
+        self.trainer.progress.connect(lambda line: self.state_label.setText(f"Training acceleration: {line}"))
+
+        def done(ok: bool, message: str) -> None:
+            self.trainer = None
+            self.train_button.setEnabled(True)
+            self.notices.append(message)
+            self._render()
+            if ok and self.model_path:
+                self.switch_model(self.model_path)
+
+        self.trainer.finished.connect(done)
+        self.train_button.setEnabled(False)
+        self.trainer.start()
 
     def switch_model(self, path: str) -> None:
         if self.request_id:
@@ -368,6 +393,7 @@ class MainWindow(QMainWindow):
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             self.state_label.setText(f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}")
             self.state_label.setToolTip(msg.mode_reason or f"acceleration: {msg.mode}")
+            self.train_button.setVisible("no acceleration weights" in msg.mode_reason)
             self._set_busy(False)
         elif isinstance(msg, p.Token) and msg.request_id == self.request_id:
             self.answer += msg.text

@@ -1,11 +1,25 @@
-"""The conversation list: new, rename (double-click or F2), delete (Del), full-text search."""
+"""The conversation list: new, rename (double-click or F2), delete (Del), full-text search,
+export (Markdown, JSON) and import (JSON)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLineEdit, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
+from pathlib import Path
 
-from engine.chats.store import ConversationStore
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.atomic import write_text_atomic
+from engine.chats.store import ConversationStore, StoreError
 
 
 class ConversationSidebar(QWidget):
@@ -25,12 +39,16 @@ class ConversationSidebar(QWidget):
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.new_button = QPushButton("New chat")
         self.new_button.setAccessibleName("New chat")
+        self.import_button = QPushButton("Import…")
+        self.import_button.setAccessibleName("Import conversation")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
+        layout.addWidget(self.import_button)
         self.new_button.clicked.connect(self.new_requested)
+        self.import_button.clicked.connect(lambda: self.import_file())
         self.search.textChanged.connect(lambda _t: self.refresh())
         self.list.currentItemChanged.connect(self._on_current)
         self.list.itemChanged.connect(self._on_renamed)
@@ -80,6 +98,30 @@ class ConversationSidebar(QWidget):
         else:
             super().keyPressEvent(event)
 
+    def export(self, conv_id: str, kind: str, path: str | None = None) -> None:
+        title = self.store.get(conv_id).title
+        if path is None:
+            name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip() or "chat"
+            path, _ = QFileDialog.getSaveFileName(self, "Export conversation", f"{name}.{kind}")
+            if not path:
+                return
+        text = self.store.export_markdown(conv_id) if kind == "md" else self.store.export_json(conv_id)
+        write_text_atomic(Path(path), text)
+
+    def import_file(self, path: str | None = None) -> str | None:
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Import conversation", "", "JSON (*.json)")
+            if not path:
+                return None
+        try:
+            conv = self.store.import_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, StoreError) as exc:
+            QMessageBox.warning(self, "Import failed", str(exc))
+            return None
+        self.refresh(current=conv.id)
+        self.selected.emit(conv.id)
+        return conv.id
+
     def delete(self, conv_id: str) -> None:
         self.store.delete(conv_id)
         self.deleted.emit(conv_id)
@@ -98,6 +140,9 @@ class ConversationSidebar(QWidget):
         if item is None:
             return
         menu = QMenu(self)
+        conv_id = item.data(Qt.ItemDataRole.UserRole)
         menu.addAction("Rename", lambda: self.list.editItem(item))
-        menu.addAction("Delete", lambda: self.delete(item.data(Qt.ItemDataRole.UserRole)))
+        menu.addAction("Export as Markdown…", lambda: self.export(conv_id, "md"))
+        menu.addAction("Export as JSON…", lambda: self.export(conv_id, "json"))
+        menu.addAction("Delete", lambda: self.delete(conv_id))
         menu.exec(self.list.mapToGlobal(pos))

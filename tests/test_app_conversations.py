@@ -88,3 +88,26 @@ def test_settings_change_reloads_the_engine_in_the_chosen_mode(qtbot, window: Ma
     qtbot.waitUntil(lambda: bool(loaded), timeout=60_000)
     assert loaded[-1].mode == "vanilla" and loaded[-1].n_ctx == 2048
     assert window.settings.mode == "vanilla" and (isolated_data / "settings.json").exists()
+
+
+def test_export_and_import_from_the_sidebar(qtbot, window: MainWindow, store: ConversationStore, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ask(qtbot, window, "Name a green vegetable.")
+    window.sidebar.export(window.conv_id, "md", str(tmp_path / "chat.md"))
+    window.sidebar.export(window.conv_id, "json", str(tmp_path / "chat.json"))
+    assert (tmp_path / "chat.md").read_text().startswith("# Name a green vegetable.")
+    new_id = window.sidebar.import_file(str(tmp_path / "chat.json"))
+    assert new_id
+    assert window.conv_id == new_id and window.messages[-1]["content"] == store.get(new_id).messages[-1].content
+    assert window.sidebar.list.count() == 2
+
+
+def test_train_acceleration_explains_how_when_pytorch_is_missing(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from app import train_runner
+
+    monkeypatch.setattr(train_runner, "training_available", lambda: False)
+    runner = train_runner.TrainRunner("/models/x.gguf")
+    got: list[tuple[bool, str]] = []
+    runner.finished.connect(lambda ok, msg: got.append((ok, msg)))
+    assert runner.start() is False
+    assert got == [(False, train_runner.HOW_TO)] and "pip install" in got[0][1]
+    assert runner.out.name == "x" and runner.steps[0][:2] == ["train", "eagle"] and runner.steps[1][:2] == ["train", "exits"]
