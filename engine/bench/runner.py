@@ -105,6 +105,7 @@ def _specee_summary(samples: list[Sample]) -> dict:
         "mean_layers": round(total("mean_layers") / steps, 2),
         "n_layer": n_layer,
         "cand_hit_rate": round(total("cand_hit_rate") / steps, 4),
+        "vocab_head_steps": round(total("vocab_head_rate")),
         "target_ms_per_step": round(total("target_ms_per_step") / steps, 3),
         "draft_ms_per_step": round(total("draft_ms_per_step") / steps, 3),
         "exit_hist": hist,
@@ -216,6 +217,12 @@ def _print_specee(m: dict) -> None:
     print(f"  exits {m['exit_rate']:.1%} of steps, mean layers {m['mean_layers']:.1f}/{m['n_layer']},"
           f" candidate hit {m['cand_hit_rate']:.1%}")  # fmt: skip
     print(f"  per step: target {m['target_ms_per_step']:.2f} ms, draft {m['draft_ms_per_step']:.2f} ms")
+    hist = m.get("exit_hist", [])
+    exits = ", ".join(f"L{i}: {n}" for i, n in enumerate(hist[:-1]) if n)
+    if exits:
+        print(
+            f"  exits by layer: {exits}; full depth: {hist[-1]} (of which the draft-vocabulary head settled {m.get('vocab_head_steps', 0)})"
+        )
     if "exit_precision" in m:
         n = m["exit_precision_checked_exits"]
         print(f"  exit precision {m['exit_precision']:.2%} over {n} exits checked at full depth")
