@@ -220,9 +220,8 @@ def _print_specee(m: dict) -> None:
     hist = m.get("exit_hist", [])
     exits = ", ".join(f"L{i}: {n}" for i, n in enumerate(hist[:-1]) if n)
     if exits:
-        print(
-            f"  exits by layer: {exits}; full depth: {hist[-1]} (of which the draft-vocabulary head settled {m.get('vocab_head_steps', 0)})"
-        )
+        vocab = m.get("vocab_head_steps", 0)
+        print(f"  exits by layer: {exits} (last layer: {vocab} by the draft-vocabulary head); full lm_head: {hist[-1]}")
     if "exit_precision" in m:
         n = m["exit_precision_checked_exits"]
         print(f"  exit precision {m['exit_precision']:.2%} over {n} exits checked at full depth")
