@@ -164,13 +164,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_train_eagle(args: argparse.Namespace) -> int:
+def _trainer(module: str, name: str):  # type: ignore[no-untyped-def]
+    """A trainer entry point, or None (with how to get it) when the `train` extra is missing."""
+    import importlib
+
     try:
-        from engine.train.pipeline import train_eagle
+        return getattr(importlib.import_module(module), name)
     except ImportError as exc:
         print(
             f"specee train needs the optional training extra ({exc.name} is missing): pip install -e '.[train]'", file=sys.stderr
         )
+        return None
+
+
+def cmd_train_eagle(args: argparse.Namespace) -> int:
+    train_eagle = _trainer("engine.train.pipeline", "train_eagle")
+    if train_eagle is None:
         return 2
     manifest = train_eagle(
         resolve_model(args.model), Path(args.out), Path(args.prompts), args.n_prompts, args.eval_prompts, args.max_new,
@@ -182,12 +191,8 @@ def cmd_train_eagle(args: argparse.Namespace) -> int:
 
 
 def cmd_train_exits(args: argparse.Namespace) -> int:
-    try:
-        from engine.train.exits import train_exits
-    except ImportError as exc:
-        print(
-            f"specee train needs the optional training extra ({exc.name} is missing): pip install -e '.[train]'", file=sys.stderr
-        )
+    train_exits = _trainer("engine.train.exits", "train_exits")
+    if train_exits is None:
         return 2
     from engine.models.acceleration import AccelerationError, find_pack
 

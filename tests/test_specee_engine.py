@@ -77,6 +77,22 @@ def _reference_candidate_logits(model_path: Path, h: np.ndarray, cands: np.ndarr
     return rows @ x.astype(np.float32)
 
 
+def _reference_output(model_path: Path, tokens: list[int], layer: int, kv_pos: int = -1):  # type: ignore[no-untyped-def]
+    """A plain context decodes tokens; returns the output of `layer` at the last token (the input
+    layer + 1 receives) and, with kv_pos >= 0, the K/V rows written at that position."""
+    ref = _llm(model_path)
+    try:
+        lib = native.lib()
+        lib.specee_capture_layer_input(ref._ctx.ctx, layer + 1, True)
+        ref.eval(tokens)
+        last = ref.n_tokens % ref.n_batch or ref.n_batch  # rows of the last decode batch
+        n_embd = llama_cpp.llama_model_n_embd(ref._model.model)
+        h = np.ctypeslib.as_array(lib.specee_layer_input(ref._ctx.ctx, layer + 1), shape=(last, n_embd))[-1].copy()
+        return h, (_seq_kv_rows(ref._ctx.ctx, kv_pos) if kv_pos >= 0 else None)
+    finally:
+        ref.close()
+
+
 @pytest.mark.parametrize("layer", [9, 21])
 def test_forced_exit_emits_the_best_candidate_of_that_layer(llm: Llama, model_path: Path, layer: int) -> None:
     tokens = _tokens(llm, model_path, QUESTIONS[0])
@@ -89,19 +105,7 @@ def test_forced_exit_emits_the_best_candidate_of_that_layer(llm: Llama, model_pa
         assert dec.accel_stats()["mean_layers"] == layer + 1 and dec.accel_stats()["exit_rate"] == 1.0
     finally:
         dec.close()
-    # Reference: a plain context decodes the same tokens; layer `layer`'s output is the input
-    # that layer + 1 receives.
-    ref = _llm(model_path)
-    try:
-        lib = native.lib()
-        lib.specee_capture_layer_input(ref._ctx.ctx, layer + 1, True)
-        ref.eval([*tokens, first])
-        n_embd = llama_cpp.llama_model_n_embd(ref._model.model)
-        last = ref.n_tokens % ref.n_batch or ref.n_batch  # rows of the last decode batch
-        rows = np.ctypeslib.as_array(lib.specee_layer_input(ref._ctx.ctx, layer + 1), shape=(last, n_embd))
-        h = rows[-1].copy()
-    finally:
-        ref.close()
+    h, _ = _reference_output(model_path, [*tokens, first], layer)
     logits = _reference_candidate_logits(model_path, h, cands)
     assert token == cands[int(np.argmax(logits))]
     assert token in cands
@@ -117,16 +121,7 @@ def test_record_mode_logits_match_the_numpy_reference(llm: Llama, model_path: Pa
         first = dec._kv[len(tokens)]  # the prefill's token, decoded by that first step
     finally:
         dec.close()
-    ref = _llm(model_path)
-    try:
-        lib = native.lib()
-        lib.specee_capture_layer_input(ref._ctx.ctx, 12, True)
-        ref.eval([*tokens, first])
-        last = ref.n_tokens % ref.n_batch or ref.n_batch
-        n_embd = llama_cpp.llama_model_n_embd(ref._model.model)
-        h = np.ctypeslib.as_array(lib.specee_layer_input(ref._ctx.ctx, 12), shape=(last, n_embd))[-1].copy()
-    finally:
-        ref.close()
+    h, _ = _reference_output(model_path, [*tokens, first], 11)
     np.testing.assert_allclose(rec[11], _reference_candidate_logits(model_path, h, cands), rtol=1e-3, atol=1e-3)
 
 
@@ -213,17 +208,7 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, mod
         k_exit, v_exit = _seq_kv_rows(llm._ctx.ctx, pos)
     finally:
         dec.close()
-    ref = _llm(model_path)
-    try:
-        lib = native.lib()
-        lib.specee_capture_layer_input(ref._ctx.ctx, exit_layer + 1, True)
-        ref.eval([*tokens, first])
-        last = ref.n_tokens % ref.n_batch or ref.n_batch
-        n_embd = llama_cpp.llama_model_n_embd(ref._model.model)
-        h = np.ctypeslib.as_array(lib.specee_layer_input(ref._ctx.ctx, exit_layer + 1), shape=(last, n_embd))[-1].copy()
-        k_ref, v_ref = _seq_kv_rows(ref._ctx.ctx, pos)
-    finally:
-        ref.close()
+    h, (k_ref, v_ref) = _reference_output(model_path, [*tokens, first], exit_layer, kv_pos=pos)
     # Layers up to the exit ran; layer exit+1 reads h_exit as its own input, so its fill is the
     # full pass's own computation: all bit-identical to the plain decode.
     for layer in range(exit_layer + 2):

@@ -16,6 +16,7 @@ from engine import protocol as p
 from engine.bench.prompts import BenchPrompt
 from engine.client import WorkerClient
 from engine.models.acceleration import find_pack
+from engine.sequences import common_prefix
 
 # A mode name -> (worker acceleration mode, which interpreter). `upstream` is vanilla decoding on
 # plain upstream llama-cpp-python, for checking that our build costs nothing.
@@ -71,20 +72,11 @@ class ModeReport:
             out["identical_to_vanilla"] = f"{sum(same)}/{len(same)}"
             out["mismatched_prompts"] = mismatched
             pairs = [(s.tokens, ref[s.prompt_id].tokens) for s in self.samples if s.prompt_id in ref]
-            prefixes = [_common_prefix(a, b) for a, b in pairs]
+            prefixes = [common_prefix(a, b) for a, b in pairs]
             out["common_prefix_tokens_mean"] = round(statistics.mean(prefixes), 1) if prefixes else 0.0
             n_pos = sum(max(len(a), len(b)) for a, b in pairs)
             out["token_agreement"] = round(sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False)) / max(n_pos, 1), 4)
         return out
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _specee_summary(samples: list[Sample]) -> dict:

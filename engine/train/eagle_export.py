@@ -102,33 +102,3 @@ def export_head(
         os.fsync(fh.fileno())
     tmp.replace(out)
     return out
-
-
-def requantize_head(src: Path, dst: Path, matrix_type: GGMLQuantizationType = MATRIX_TYPE) -> Path:
-    """Rewrite a head's F16/F32 matrices in matrix_type, metadata unchanged."""
-    r = GGUFReader(str(src))
-    tmp = dst.with_name(f".{dst.name}.part")
-    w = GGUFWriter(str(tmp), arch=ARCH)
-    for key, field in r.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        vtype = field.types[0]
-        if vtype == GGUFValueType.ARRAY:
-            w.add_key_value(key, field.contents(), vtype, sub_type=field.types[1])
-        else:
-            w.add_key_value(key, field.contents(), vtype)
-    for t in r.tensors:
-        shape = tuple(int(x) for x in reversed(t.shape))  # numpy order
-        if t.tensor_type in (GGMLQuantizationType.F16, GGMLQuantizationType.F32) and len(shape) == 2 and t.name != "d2t":
-            data, raw = _matrix(np.asarray(t.data, dtype=np.float32).reshape(shape), matrix_type)
-            w.add_tensor(t.name, data, raw_dtype=raw)
-        elif t.tensor_type in (GGMLQuantizationType.F16, GGMLQuantizationType.F32):
-            w.add_tensor(t.name, np.asarray(t.data).reshape(shape))
-        else:
-            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.replace(dst)
-    return dst

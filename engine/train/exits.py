@@ -398,7 +398,9 @@ def train_exits(
     d2t = [t for t in GGUFReader(str(head)).tensors if t.name == "d2t"]
     n_dv = int(d2t[0].data.shape[0]) if d2t else 0
     vocab_size = len(GGUFReader(str(model)).fields["tokenizer.ggml.tokens"].data)
-    preds, metrics = fit_predictors(data, sha, precision=precision, epochs=epochs, n_dv=n_dv, vocab_size=vocab_size)
+    preds, metrics = fit_predictors(
+        data, sha, precision=precision, epochs=epochs, n_dv=n_dv, vocab_size=vocab_size, vocab_precision=precision
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     save_predictors(preds, out)
     entry = {

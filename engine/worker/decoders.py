@@ -16,6 +16,7 @@ from llama_cpp import Llama
 from engine import native
 from engine import protocol as p
 from engine.models.exit_predictors import ExitPredictors
+from engine.sequences import common_prefix
 
 
 class Decoder(Protocol):
@@ -25,15 +26,6 @@ class Decoder(Protocol):
     def accel_stats(self) -> dict[str, float]: ...
     def forget(self) -> None: ...  # drop the KV prefix bookkeeping (another decoder used the context)
     def close(self) -> None: ...
-
-
-def _prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _sampler(llm: Llama, s: p.Sampling):  # type: ignore[no-untyped-def]
@@ -51,7 +43,7 @@ class VanillaDecoder:
         self.llm = llm
 
     def cached_prefix(self, tokens: list[int]) -> int:
-        cached = _prefix(self.llm._input_ids[: self.llm.n_tokens].tolist(), tokens)
+        cached = common_prefix(self.llm._input_ids[: self.llm.n_tokens].tolist(), tokens)
         return min(cached, len(tokens) - 1)  # llama_cpp re-evaluates at least one token
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
@@ -100,7 +92,7 @@ class EagleDecoder:
         self._out = (ctypes.c_int32 * (n_draft + 1))()
 
     def cached_prefix(self, tokens: list[int]) -> int:
-        return _prefix(self._kv, tokens)
+        return common_prefix(self._kv, tokens)
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
         smpl = _sampler(self.llm, s)
