@@ -111,3 +111,52 @@ def test_train_acceleration_explains_how_when_pytorch_is_missing(qtbot, monkeypa
     assert runner.start() is False
     assert got == [(False, train_runner.HOW_TO)] and "pip install" in got[0][1]
     assert runner.out.name == "x" and runner.steps[0][:2] == ["train", "eagle"] and runner.steps[1][:2] == ["train", "exits"]
+
+
+def test_past_conversations_are_there_after_restarting_the_app(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "chats.db"
+    first = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(12), store=ConversationStore(db))
+    qtbot.addWidget(first)
+    first.show()
+    first.start_engine()
+    qtbot.waitUntil(lambda: first.model_loaded, timeout=120_000)
+    ask(qtbot, first, "Name a planet.")
+    answer, conv_id = first.answer, first.conv_id
+    first.close()
+    first.store.close()
+    again = MainWindow(model_path=model_path, store=ConversationStore(db))  # a new app session
+    qtbot.addWidget(again)
+    assert again.sidebar.list.count() == 1 and again.conv_id is None
+    again.sidebar.list.setCurrentRow(0)
+    assert again.conv_id == conv_id
+    assert [m["content"] for m in again.messages] == ["Name a planet.", answer]
+    again.close()
+
+
+def test_a_downloaded_model_is_usable_at_once(
+    qtbot, window: MainWindow, model_path: Path, isolated_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.hf_server import HubServer
+
+    with HubServer() as hub:
+        hub.add_repo("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", {"copy.Q4_1.gguf": model_path})
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr("engine.models.download._token", lambda: None)
+        dialog = window.open_model_manager()
+        catalog = [dialog.repos.item(i).data(Qt.ItemDataRole.UserRole) for i in range(dialog.repos.count())]
+        assert "HuggingFaceTB/SmolLM2-360M-Instruct-GGUF" in catalog
+        dialog.search.setText("SmolLM2-135M")
+        dialog.run_search()
+        qtbot.waitUntil(lambda: dialog.repos.count() == 1, timeout=10_000)
+        dialog.repos.setCurrentRow(0)
+        qtbot.waitUntil(lambda: dialog.files.count() == 1, timeout=10_000)
+        dialog.files.setCurrentRow(0)
+        dialog.start_download()
+        qtbot.waitUntil(lambda: dialog.use_button.isEnabled(), timeout=60_000)
+        loaded: list[p.Loaded] = []
+        window.bridge.event.connect(lambda m: isinstance(m, p.Loaded) and loaded.append(m))
+        qtbot.mouseClick(dialog.use_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: bool(loaded), timeout=120_000)
+    assert Path(loaded[-1].model_path) == isolated_data / "models" / "copy.Q4_1.gguf"
+    ask(qtbot, window, "Say hi.")
+    assert window.answer
