@@ -160,3 +160,31 @@ def test_a_downloaded_model_is_usable_at_once(
     assert Path(loaded[-1].model_path) == isolated_data / "models" / "copy.Q4_1.gguf"
     ask(qtbot, window, "Say hi.")
     assert window.answer
+
+
+def test_every_control_has_an_accessible_name(qtbot, model_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import (
+        QAbstractButton,
+        QAbstractSpinBox,
+        QComboBox,
+        QLineEdit,
+        QListWidget,
+        QPlainTextEdit,
+        QTextBrowser,
+        QWidget,
+    )
+
+    win = MainWindow(model_path=model_path, store=store)
+    qtbot.addWidget(win)
+    dialogs = [win.open_model_manager(), win.open_settings()]
+    kinds = (QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QListWidget, QPlainTextEdit, QTextBrowser)
+    for root in (win, *dialogs):
+        for w in [c for c in root.findChildren(QWidget) if isinstance(c, kinds)]:
+            if isinstance(w, QLineEdit) and isinstance(w.parent(), QAbstractSpinBox | QComboBox):
+                continue  # the editor inside a spin box or combo box; the outer control is named
+            if type(w).__name__ == "QToolButton" or w.objectName().startswith("qt_"):
+                continue  # Qt's internal buttons (scroll arrows, line-edit clear button)
+            # a button's visible text is its accessible name unless one is set
+            name = w.accessibleName() or (w.text().replace("&", "") if isinstance(w, QAbstractButton) else "")
+            assert name, f"{type(w).__name__} {w.objectName()!r} has no accessible name"
+    win.close()
