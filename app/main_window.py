@@ -36,6 +36,7 @@ from engine import protocol as p
 from engine.chats.render import conversation_markdown
 from engine.chats.store import ConversationStore
 from engine.models.default_model import ensure_default_model
+from engine.placement.planner import placement_for
 from engine.settings import load_settings, save_settings
 
 
@@ -86,6 +87,7 @@ class MainWindow(QMainWindow):
         self.sampling = sampling or p.Sampling()
         self.store = store or ConversationStore()
         self.settings = load_settings()
+        self.plan_text = ""
         self.conv_id: str | None = None  # a new, unsaved chat until its first message
         self.messages: list[dict] = []  # {'role', 'content', 'stats', 'id'} of the open conversation
         self.request_id = ""
@@ -227,7 +229,13 @@ class MainWindow(QMainWindow):
         self.model_path = path
         self.state_label.setText(f"Loading {Path(path).name}…")
         s = self.settings
-        self.bridge.send(p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode))
+        placement = p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads)
+        try:
+            placement, plan = placement_for(path, s.n_ctx, s.n_threads)
+            self.plan_text = plan.explanation
+        except Exception as exc:
+            self.plan_text = f"no placement plan ({exc}); loading on the CPU"
+        self.bridge.send(p.Load(path, placement, mode=s.mode))
 
     def open_model_manager(self) -> ModelManager:
         dialog = ModelManager(self)
@@ -236,7 +244,8 @@ class MainWindow(QMainWindow):
         return dialog
 
     def open_settings(self) -> SettingsDialog:
-        dialog = SettingsDialog(self.settings, self.state_label.toolTip() or self.state_label.text(), self)
+        state = self.state_label.toolTip() or self.state_label.text()
+        dialog = SettingsDialog(self.settings, f"{state}\n\nPlacement: {self.plan_text}" if self.plan_text else state, self)
 
         def apply() -> None:
             new = dialog.result_settings(self.settings)

@@ -127,7 +127,47 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`specee doctor --plan [MODEL]`: the placement plan here and, with --profile, elsewhere."""
+    from engine.models.acceleration import find_pack
+    from engine.placement.machine import this_machine
+    from engine.placement.model_facts import MODEL_CLASSES, facts_from_gguf
+    from engine.placement.planner import exits_from_manifest, load_profiles, plan
+
+    model_path = resolve_model(args.plan if isinstance(args.plan, str) else None)
+    facts = facts_from_gguf(model_path)
+    pack = find_pack(model_path)
+    exits = exits_from_manifest(pack.manifest, facts.n_layer) if pack else None
+    profiles = [this_machine()]
+    if args.profile:
+        profiles += [pr for pr in load_profiles() if args.profile == "all" or args.profile.lower() in pr.name.lower()]
+    models = [(facts, exits)]
+    if args.profile == "all":
+        # larger classes: same exit distribution shape (by depth fraction) as the shipped one
+        for make in MODEL_CLASSES.values():
+            m = make()
+            ex = None
+            if exits:
+                scaled = [0.0] * m.n_layer
+                for layer, pr in enumerate(exits.p):
+                    scaled[min(m.n_layer - 1, round((layer + 1) / facts.n_layer * m.n_layer) - 1)] += pr
+                ex = type(exits)(scaled, int(m.layer_bytes[0] * 1.5))
+            models.append((m, ex))
+    out = []
+    for hw in profiles:
+        for m, ex in models:
+            pl = plan(m, hw, ex, args.ctx)
+            out.append(pl.as_dict())
+            if not args.json:
+                print(f"{hw.name} · {m.name}:\n  {pl.explanation}")
+    if args.json:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
+    if args.plan:
+        return cmd_plan(args)
     from engine import hardware
     from engine.models.default_model import DEFAULT_MODEL, default_model_path
 
@@ -283,6 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="print hardware, native build and model status")
     doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--plan", nargs="?", const=True, default=None, metavar="MODEL",
+                        help="print the placement plan for MODEL (default: the default model) on this machine")  # fmt: skip
+    doctor.add_argument("--profile", help="also plan for hardware profiles whose name contains this ('all': every profile, "
+                        "plus 1B/3B/7B/8B model classes)")  # fmt: skip
+    doctor.add_argument("--ctx", type=int, default=4096, help="context length to plan for")
     doctor.set_defaults(func=cmd_doctor)
     return parser
 

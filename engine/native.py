@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 4
+EXPECTED_API_VERSION = 5
 
 
 class NativeBuildError(RuntimeError):
@@ -78,6 +78,8 @@ def lib() -> ctypes.CDLL:
         "specee_ee_set_fill": ([vp, ctypes.c_bool], None),
         "specee_ee_set_vocab_predictor": ([vp, f32p, ctypes.c_float, ctypes.c_float], i32),
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
+        "specee_set_first_layers_on_gpu": ([i32, ctypes.c_bool], None),
+        "specee_devices_json": ([], ctypes.c_char_p),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(handle, name)

@@ -70,6 +70,10 @@ class Placement:
     n_ctx: int = 4096
     n_threads: int = 0  # 0 = physical cores
     n_gpu_layers: int = 0
+    # "last": upstream, n_gpu_layers offloads the last layers; "first": the SpecEE layout, the
+    # first n_gpu_layers on the GPU (exits then skip CPU layers). output_on_gpu: with "first".
+    layout: str = "last"
+    output_on_gpu: bool = False
 
     def validate(self) -> None:
         if not (isinstance(self.n_ctx, int) and 256 <= self.n_ctx <= 1 << 20):
@@ -78,6 +82,8 @@ class Placement:
             raise SettingsError(f"threads must be 0 (auto) to 512, got {self.n_threads}")
         if not (isinstance(self.n_gpu_layers, int) and -1 <= self.n_gpu_layers <= 10_000):
             raise SettingsError(f"GPU layers must be -1 (all) to 10000, got {self.n_gpu_layers}")
+        if self.layout not in ("last", "first"):
+            raise SettingsError(f"layout must be 'last' or 'first', got {self.layout!r}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -188,3 +188,11 @@ def test_every_control_has_an_accessible_name(qtbot, model_path: Path, store: Co
             name = w.accessibleName() or (w.text().replace("&", "") if isinstance(w, QAbstractButton) else "")
             assert name, f"{type(w).__name__} {w.objectName()!r} has no accessible name"
     win.close()
+
+
+def test_settings_show_the_placement_plan(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    assert "layers on the CPU" in window.plan_text and "predicted" in window.plan_text
+    dialog = window.open_settings()
+    from PySide6.QtWidgets import QLabel
+
+    assert any("Placement:" in lbl.text() for lbl in dialog.findChildren(QLabel))

@@ -218,6 +218,7 @@ def simulate(z: np.ndarray, y: np.ndarray, thr: np.ndarray, schedule: list[int],
     exits = exit_layer < n_layer
     layers_run = np.where(exits, exit_layer + 1, n_layer)
     return {
+        "exit_hist": np.bincount(exit_layer, minlength=n_layer + 1).tolist(),
         "exit_rate": float(exits.mean()),
         "precision": float(correct[exits].mean()) if exits.any() else 1.0,
         "mean_layers": float(layers_run.mean()),
@@ -342,6 +343,7 @@ def fit_predictors(
         "heldout_exit_rate": round(sim["exit_rate"], 4),
         "heldout_precision": round(sim["precision"], 4),
         "heldout_mean_layers": round(sim["mean_layers"], 2),
+        "heldout_exit_hist": sim["exit_hist"],  # steps ending after layer L; [n_layer] = full depth
         **vocab_metrics,
         "precision_target": precision,
         "hidden": hidden,
@@ -405,6 +407,7 @@ def train_exits(
     save_predictors(preds, out)
     entry = {
         "file": out.name,
+        "draft_bytes": head.stat().st_size,  # what drafting the candidates reads per token (planner)
         "n_cand": preds.n_cand,
         "head": head.name,
         "prompts": len(prompts),

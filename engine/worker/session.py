@@ -54,6 +54,12 @@ class Session:
             )
         if load.mode not in MODES:
             raise LoadError("bad_settings", f"unknown acceleration mode {load.mode!r}; choose one of {', '.join(MODES)}")
+        lib = None
+        if placement.layout == "first":
+            from engine import native
+
+            lib = native.lib()
+            lib.specee_set_first_layers_on_gpu(max(placement.n_gpu_layers, 0), placement.output_on_gpu)
         try:
             self.llm = Llama(
                 model_path=str(Path(load.model_path)),
@@ -70,6 +76,9 @@ class Session:
                 f"llama.cpp could not load {Path(load.model_path).name} ({exc}). The file passed the GGUF checks, so "
                 "its architecture may be unsupported by this build, or memory ran out; try a smaller context length.",
             ) from exc
+        finally:
+            if lib is not None:
+                lib.specee_set_first_layers_on_gpu(-1, False)  # later loads (the EAGLE head) keep upstream's
         self.info = info
         model = self.llm._model
         self._vocab = model.vocab

@@ -9,7 +9,7 @@
 #endif
 
 // Bump when the native API grows; Python refuses a build older than it expects.
-#define SPECEE_NATIVE_API_VERSION 4
+#define SPECEE_NATIVE_API_VERSION 5
 
 #define SPECEE_STR2(x) #x
 #define SPECEE_STR(x) SPECEE_STR2(x)
@@ -18,5 +18,5 @@ const char * llama_specee_build_info(void) {
     return "{\"api_version\": " SPECEE_STR(SPECEE_NATIVE_API_VERSION)
            ", \"build_key\": \"" SPECEE_BUILD_KEY "\""
            ", \"patches\": \"" SPECEE_PATCHES "\""
-           ", \"features\": [\"build-info\", \"layer-capture\", \"eagle\", \"early-exit\"]}";
+           ", \"features\": [\"build-info\", \"layer-capture\", \"eagle\", \"early-exit\", \"placement\"]}";
 }

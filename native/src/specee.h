@@ -121,6 +121,17 @@ LLAMA_API int32_t specee_ee_step(struct specee_ee * x, struct llama_sampler * sm
                                  llama_token * cands, struct specee_ee_stats * stats);
 LLAMA_API void specee_ee_reset_stats(struct specee_ee * x);
 
+// ---- Placement (placement.cpp) --------------------------------------------------------------
+
+// For models loaded after this call: n_first >= 0 puts layers [0, n_first) (and the output head
+// when output_on_gpu) on the first GPU and the rest on the CPU, the SpecEE layout; -1 restores
+// upstream's layout, where n_gpu_layers offloads the last layers. Each layer's KV follows it.
+LLAMA_API void specee_set_first_layers_on_gpu(int32_t n_first, bool output_on_gpu);
+
+// JSON array of ggml's backend devices: name, description, backend, type (cpu, gpu, igpu, accel),
+// memory_free, memory_total (bytes). Valid until the next call on this thread.
+LLAMA_API const char * specee_devices_json(void);
+
 #ifdef __cplusplus
 }
 #endif

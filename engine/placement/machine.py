@@ -1,0 +1,31 @@
+"""This machine as a planner profile: CPU and RAM from engine.hardware, GPUs from ggml's own
+backend device list (through our C API), cached by a fingerprint of what was found."""
+
+from __future__ import annotations
+
+import json
+
+from engine.hardware import detect
+from engine.placement.planner import Gpu, HardwareProfile
+
+# Sustained bandwidth guesses when nothing was measured: a laptop's dual-channel DDR4/DDR5.
+DEFAULT_CPU_BW_GBS = 30.0
+
+
+def devices() -> list[dict]:
+    """ggml's backend devices (name, description, backend, type, memory_free/total in bytes)."""
+    from engine import native
+
+    return json.loads(native.lib().specee_devices_json().decode())
+
+
+def this_machine() -> HardwareProfile:
+    hw = detect()
+    gpu = None
+    for d in devices():
+        if d["type"] in ("gpu", "igpu"):
+            gpu = Gpu(d["description"] or d["name"], d["backend"], d["memory_total"] / 1e9, d["memory_free"] / 1e9,
+                      bw_gbs=200.0 if d["type"] == "gpu" else 60.0, unified=d["type"] == "igpu")  # fmt: skip
+            break
+    return HardwareProfile(f"this machine ({hw.cpu_model})", hw.ram_total_gb, hw.ram_available_gb, DEFAULT_CPU_BW_GBS,
+                           hw.physical_cores, gpu)  # fmt: skip

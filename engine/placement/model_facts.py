@@ -1,0 +1,73 @@
+"""What a model needs in memory and bandwidth, read from its GGUF metadata (no weights loaded)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+KV_BYTES = 2  # f16 K and V cache
+
+
+@dataclass
+class ModelFacts:
+    name: str
+    n_layer: int
+    layer_bytes: list[int]  # weights of each repeating layer
+    output_bytes: int  # final norm + lm_head (the tied embedding when there is no output.weight)
+    kv_bytes_per_token_layer: int  # K + V of one token in one layer
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(self.layer_bytes) + self.output_bytes
+
+    def kv_bytes(self, n_ctx: int, n_layers: int) -> int:
+        return self.kv_bytes_per_token_layer * n_ctx * n_layers
+
+
+def facts_from_gguf(path: Path) -> ModelFacts:
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+
+    def field(key: str, default: int = 0) -> int:
+        f = r.fields.get(f"{arch}.{key}")
+        return int(f.parts[-1][0]) if f is not None else default
+
+    n_layer = field("block_count")
+    n_embd = field("embedding_length")
+    n_head = field("attention.head_count")
+    n_head_kv = field("attention.head_count_kv", n_head)
+    head_dim = field("attention.key_length", n_embd // max(n_head, 1))
+    layer_bytes = [0] * n_layer
+    output = 0
+    embd = 0
+    for t in r.tensors:
+        n = int(t.n_bytes)
+        if t.name.startswith("blk."):
+            layer_bytes[int(t.name.split(".")[1])] += n
+        elif t.name.startswith(("output", "output_norm")):
+            output += n
+        elif t.name == "token_embd.weight":
+            embd = n
+    if not any(t.name == "output.weight" for t in r.tensors):
+        output += embd  # tied: the lm_head reads the embedding matrix
+    name = bytes(r.fields["general.name"].parts[-1]).decode() if "general.name" in r.fields else path.stem
+    return ModelFacts(name, n_layer, layer_bytes, output, 2 * n_head_kv * head_dim * KV_BYTES)
+
+
+def synthetic(name: str, n_layer: int, params_b: float, bits: float, n_embd: int, n_head_kv: int, head_dim: int) -> ModelFacts:
+    """A model class from its shape (for planning what is not on disk): 1B, 3B, 7B, 8B..."""
+    total = params_b * 1e9 * bits / 8
+    vocab_share = 0.06 if params_b > 2 else 0.15  # the lm_head's share of the weights
+    output = int(total * vocab_share)
+    per_layer = int((total - output) / n_layer)
+    return ModelFacts(name, n_layer, [per_layer] * n_layer, output, 2 * n_head_kv * head_dim * KV_BYTES)
+
+
+MODEL_CLASSES = {
+    "1B (Llama 3.2 1B, Q4_K_M)": lambda: synthetic("Llama-3.2-1B Q4_K_M", 16, 1.24, 4.85, 2048, 8, 64),
+    "3B (Llama 3.2 3B, Q4_K_M)": lambda: synthetic("Llama-3.2-3B Q4_K_M", 28, 3.2, 4.85, 3072, 8, 128),
+    "7B (Mistral 7B, Q4_K_M)": lambda: synthetic("Mistral-7B Q4_K_M", 32, 7.24, 4.85, 4096, 8, 128),
+    "8B (Llama 3.1 8B, Q4_K_M)": lambda: synthetic("Llama-3.1-8B Q4_K_M", 32, 8.03, 4.85, 4096, 8, 128),
+}

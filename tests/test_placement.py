@@ -1,0 +1,101 @@
+"""The placement planner and the first-layers layout: plans never exceed free memory, prefer
+first-layers-on-GPU when exits are frequent, and the CPU-only plan here is what the worker loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine import protocol as p
+from engine.client import WorkerClient
+from engine.placement.machine import devices, this_machine
+from engine.placement.model_facts import MODEL_CLASSES, facts_from_gguf
+from engine.placement.planner import (
+    COMPUTE_BUFFER,
+    GB,
+    RAM_HEADROOM,
+    VRAM_HEADROOM_FRAC,
+    Exits,
+    load_profiles,
+    plan,
+)
+
+
+def _frequent_exits(n_layer: int) -> Exits:
+    """Half the tokens exit at 55% depth: the case SpecEE's layout is for."""
+    p_ = [0.0] * n_layer
+    p_[int(n_layer * 0.55)] = 0.5
+    return Exits(p_, draft_bytes=50_000_000)
+
+
+@pytest.mark.parametrize("profile", load_profiles(), ids=lambda pr: pr.name)
+def test_plans_never_exceed_free_memory(profile, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+    models = [facts_from_gguf(model_path)] + [make() for make in MODEL_CLASSES.values()]
+    for m in models:
+        for exits in (None, _frequent_exits(m.n_layer)):
+            pl = plan(m, profile, exits)
+            if not pl.fits:
+                assert "does not fit" in pl.explanation
+                continue
+            ram = pl.cpu_bytes + COMPUTE_BUFFER + (pl.gpu_bytes if profile.gpu and profile.gpu.unified else 0)
+            assert ram <= profile.ram_free_gb * GB - RAM_HEADROOM, (m.name, pl.as_dict())
+            if profile.gpu:
+                assert pl.gpu_bytes + COMPUTE_BUFFER <= profile.gpu.vram_free_gb * GB * (1 - VRAM_HEADROOM_FRAC) + 1
+            else:
+                assert pl.n_gpu_layers == 0 and pl.layout == "cpu"
+            assert pl.predicted_tok_s > 0 and str(round(pl.predicted_tok_s)) in pl.explanation
+
+
+def test_frequent_exits_put_the_first_layers_on_the_gpu() -> None:
+    profile = next(pr for pr in load_profiles() if "3050" in pr.name)
+    m = MODEL_CLASSES["8B (Llama 3.1 8B, Q4_K_M)"]()
+    with_exits = plan(m, profile, _frequent_exits(m.n_layer))
+    assert 0 < with_exits.n_gpu_layers < m.n_layer  # a real split
+    assert with_exits.layout == "first" and with_exits.mode == "specee"
+    assert with_exits.alternatives["first-layers/specee"] > with_exits.alternatives["last-layers/specee"]
+    assert "SpecEE expected to skip" in with_exits.explanation
+    assert plan(m, profile, None).mode == "vanilla"
+
+
+def test_context_shrinks_before_layers_leave_the_gpu_only_when_auto() -> None:
+    profile = next(pr for pr in load_profiles() if "M1" in pr.name)
+    m = MODEL_CLASSES["3B (Llama 3.2 3B, Q4_K_M)"]()
+    auto = plan(m, profile, None, n_ctx=131072, ctx_auto=True)
+    assert auto.fits and auto.n_ctx < 131072 and "context shrunk" in auto.explanation
+    assert not plan(m, profile, None, n_ctx=131072, ctx_auto=False).fits
+
+
+def test_detection_here_is_cpu_only_and_stable() -> None:
+    devs = devices()
+    assert devs and all(d["type"] in ("cpu", "gpu", "igpu", "accel") for d in devs)
+    assert any(d["type"] == "cpu" for d in devs)
+    a, b = this_machine(), this_machine()
+    assert (a.name, a.physical_cores, a.ram_gb, a.gpu) == (b.name, b.physical_cores, b.ram_gb, b.gpu)
+
+
+def test_the_cpu_plan_here_is_what_the_worker_loads(model_path: Path) -> None:
+    hw = this_machine()
+    pl = plan(facts_from_gguf(model_path), hw, None, n_ctx=2048)
+    if hw.gpu is not None:
+        pytest.skip("this machine has a GPU; the CPU-only check does not apply")
+    assert pl.layout == "cpu" and pl.n_gpu_layers == 0
+    placement = p.Placement(n_ctx=pl.n_ctx, n_threads=0, n_gpu_layers=pl.n_gpu_layers, layout="first")
+    with WorkerClient() as client:
+        loaded = client.load(model_path, placement, mode="vanilla")
+        assert loaded.n_threads == pl.n_threads and loaded.n_ctx == pl.n_ctx
+        done = list(client.stream([{"role": "user", "content": "Hi"}], p.Sampling.greedy(4)))[-1]
+        assert done.n_generated > 0
+
+
+def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from engine.cli import main
+
+    assert main(["doctor", "--plan", str(model_path), "--profile", "all", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)
+    names = {pl["profile"] for pl in plans}
+    assert len(names) == len(load_profiles()) + 1  # + this machine
+    assert all(pl["explanation"] for pl in plans)
+    assert main(["doctor", "--plan", str(model_path)]) == 0
+    assert "layers on the CPU" in capsys.readouterr().out
