@@ -153,6 +153,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     scaled[min(m.n_layer - 1, round((layer + 1) / facts.n_layer * m.n_layer) - 1)] += pr
                 ex = type(exits)(scaled, int(m.layer_bytes[0] * 1.5))
             models.append((m, ex))
+    from engine.placement.machine import measure_memory
+
+    here = measure_memory(model_path, args.ctx)
+    if not args.json:
+        h = here["host"]
+        print(f"measured here by llama.cpp's dry run at {args.ctx} tokens: model {h['model'] / 1e6:.0f} MB, "
+              f"KV cache {h['context'] / 1e6:.0f} MB, compute buffers {h['compute'] / 1e6:.0f} MB (host)")  # fmt: skip
     out = []
     for hw in profiles:
         for m, ex in models:

@@ -80,6 +80,7 @@ def lib() -> ctypes.CDLL:
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
         "specee_set_first_layers_on_gpu": ([i32, ctypes.c_bool], None),
         "specee_devices_json": ([], ctypes.c_char_p),
+        "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(handle, name)

@@ -99,3 +99,18 @@ def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_pa
     assert all(pl["explanation"] for pl in plans)
     assert main(["doctor", "--plan", str(model_path)]) == 0
     assert "layers on the CPU" in capsys.readouterr().out
+
+
+def test_the_planners_sizes_agree_with_llama_cpps_dry_run(model_path: Path) -> None:
+    """Model bytes and KV come from GGUF metadata in the planner; llama.cpp's own no-alloc
+    measurement (what --fit uses) must agree, so plans are right for real."""
+    from engine.placement.machine import measure_memory
+    from engine.placement.planner import COMPUTE_BUFFER
+
+    facts = facts_from_gguf(model_path)
+    small, big = measure_memory(model_path, 1024), measure_memory(model_path, 4096)
+    assert abs(small["host"]["model"] - facts.weights_bytes) / facts.weights_bytes < 0.25  # + the input embedding
+    kv_step = big["host"]["context"] - small["host"]["context"]
+    assert abs(kv_step - facts.kv_bytes(3072, facts.n_layer)) / kv_step < 0.05
+    assert 0 < big["host"]["compute"] <= COMPUTE_BUFFER
+    assert big["device"] == {"model": 0, "context": 0, "compute": 0}  # CPU-only here

@@ -29,3 +29,13 @@ def this_machine() -> HardwareProfile:
             break
     return HardwareProfile(f"this machine ({hw.cpu_model})", hw.ram_total_gb, hw.ram_available_gb, DEFAULT_CPU_BW_GBS,
                            hw.physical_cores, gpu)  # fmt: skip
+
+
+def measure_memory(model_path, n_ctx: int, n_gpu_layers: int = 0, n_first: int = -1, output_on_gpu: bool = False) -> dict:  # type: ignore[no-untyped-def]
+    """llama.cpp's dry-run measurement (model, KV context, compute buffers; host vs device bytes)."""
+    from engine import native
+
+    raw = native.lib().specee_measure_memory(str(model_path).encode(), n_ctx, n_gpu_layers, n_first, output_on_gpu)
+    if raw is None:
+        raise RuntimeError(f"llama.cpp could not measure {model_path}")
+    return json.loads(raw.decode())

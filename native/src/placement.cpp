@@ -5,6 +5,8 @@
 
 #include "ggml-backend.h"
 
+#include "../llama-ext.h"
+
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -65,5 +67,52 @@ const char * specee_devices_json(void) {
     }
     out += "]";
     g_devices = out;
+    return g_devices.c_str();
+}
+
+const char * specee_measure_memory(const char * model_path, int32_t n_ctx, int32_t n_gpu_layers, int32_t n_first,
+                                   bool output_on_gpu) {
+    // llama.cpp's own dry run (what --fit measures): metadata only, allocations simulated.
+    llama_model_params mp = llama_model_default_params();
+    mp.no_alloc = true;
+    mp.load_mode = LLAMA_LOAD_MODE_NONE;  // a dry run cannot map the file into buffers
+    mp.n_gpu_layers = n_gpu_layers;
+    ggml_log_callback prev_log = nullptr;
+    void * prev_data = nullptr;
+    llama_log_get(&prev_log, &prev_data);
+    llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);  // a dry run is quiet
+    struct restore_log {
+        ggml_log_callback cb;
+        void * data;
+        ~restore_log() { llama_log_set(cb, data); }
+    } restore{prev_log, prev_data};
+    specee_set_first_layers_on_gpu(n_first, output_on_gpu);
+    llama_model * model = llama_model_load_from_file(model_path, mp);
+    specee_set_first_layers_on_gpu(-1, false);
+    if (model == nullptr) {
+        return nullptr;
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) n_ctx;
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (ctx == nullptr) {
+        llama_model_free(model);
+        return nullptr;
+    }
+    size_t host[3] = {0, 0, 0}, dev[3] = {0, 0, 0};
+    for (const auto & [buft, mb] : llama_get_memory_breakdown(ctx)) {
+        size_t * t = ggml_backend_buft_is_host(buft) ? host : dev;
+        t[0] += mb.model;
+        t[1] += mb.context;
+        t[2] += mb.compute;
+    }
+    llama_free(ctx);
+    llama_model_free(model);
+    char buf[256];
+    snprintf(buf, sizeof(buf),
+             "{\"host\": {\"model\": %zu, \"context\": %zu, \"compute\": %zu}, "
+             "\"device\": {\"model\": %zu, \"context\": %zu, \"compute\": %zu}}",
+             host[0], host[1], host[2], dev[0], dev[1], dev[2]);
+    g_devices = buf;
     return g_devices.c_str();
 }

@@ -132,6 +132,12 @@ LLAMA_API void specee_set_first_layers_on_gpu(int32_t n_first, bool output_on_gp
 // memory_free, memory_total (bytes). Valid until the next call on this thread.
 LLAMA_API const char * specee_devices_json(void);
 
+// llama.cpp's dry-run memory measurement for a model at a context length and placement (nothing
+// is allocated): JSON {"host": {model, context, compute}, "device": {...}} in bytes, or NULL
+// when the model cannot be opened. Valid until the next call on this thread.
+LLAMA_API const char * specee_measure_memory(const char * model_path, int32_t n_ctx, int32_t n_gpu_layers, int32_t n_first,
+                                             bool output_on_gpu);
+
 #ifdef __cplusplus
 }
 #endif
