@@ -14,6 +14,15 @@ def main(argv: list[str] | None = None) -> int:
         from engine.worker.process import main as worker_main
 
         return worker_main()
+    if "--selftest" in argv[1:]:
+        from engine.selftest import run
+
+        return run()
+    if "--version" in argv[1:]:
+        from engine import __version__
+
+        print(f"SpecEE Chat {__version__}")
+        return 0
 
     from PySide6.QtWidgets import QApplication
 

@@ -59,3 +59,16 @@ def test_chat_with_a_broken_model_exits_with_a_clear_error(truncated_model: Path
     )
     assert result.returncode == 2
     assert "truncated" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_app_selftest_runs_every_installed_mode(model_path) -> None:  # type: ignore[no-untyped-def]
+    """What installers run after installing: `specee-chat --selftest` (here unfrozen)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "app.main", "--selftest"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["ok"] and set(report["modes"]) == {"vanilla", "eagle", "specee"}
+    assert all(m["tokens"] > 0 for m in report["modes"].values())
