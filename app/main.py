@@ -36,7 +36,37 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow()
     window.show()
     window.start_engine()
+    if "--screenshot" in argv[1:]:
+        _screenshot_then_quit(app, window, argv[argv.index("--screenshot") + 1])
     return app.exec()
+
+
+def _screenshot_then_quit(app, window, path: str) -> None:  # type: ignore[no-untyped-def]
+    """Installer smoke test: load, answer one question, save the window as PNG, quit."""
+    from PySide6.QtCore import QTimer
+
+    from engine import protocol as p
+
+    window.sampling = p.Sampling.greedy(24)
+
+    def ask() -> None:
+        if not window.model_loaded:
+            QTimer.singleShot(100, ask)
+            return
+        window.input.setPlainText("Say hello in one sentence.")
+        window.send_message()
+        QTimer.singleShot(100, done)
+
+    def done() -> None:
+        if window.request_id:
+            QTimer.singleShot(100, done)
+            return
+        window.grab().save(path)
+        window.close()
+        app.quit()
+
+    QTimer.singleShot(0, ask)
+    QTimer.singleShot(120_000, app.quit)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""The Linux installers, built from this checkout and smoke-tested from clean folders. Slow (a
+PyInstaller build), so it runs only where the packaging tools are installed (the `package` extra)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("PyInstaller") is None,
+    reason="installer builds need PyInstaller: pip install -e '.[package]' (then this test builds and smoke-tests them)",
+)
+
+
+@pytest.mark.timeout(1200)
+def test_linux_installers_build_install_and_run(tmp_path: Path, model_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "packaging"))
+    import build_linux
+
+    work = tmp_path / "work"
+    app = build_linux.build_frozen(work / "dist", work / "build")
+    tarball = build_linux.make_tarball(app, tmp_path)
+    deb = build_linux.make_deb(app, tmp_path)
+    extract = tmp_path / "extracted"
+    with tarfile.open(tarball) as tar:
+        tar.extractall(extract, filter="tar")
+    root = next(extract.glob("specee-chat-*"))
+    assert (root / "specee-chat.desktop").read_text().startswith("[Desktop Entry]")
+    exe = root / "specee-chat" / "specee-chat"
+    report = build_linux.smoke(exe)
+    assert report["frozen"] and report["worker_command"] == [str(exe), "--specee-worker"]  # the worker is the app itself
+    assert set(report["modes"]) == {"vanilla", "eagle", "specee"}
+    # no build trees, tests or torch in the bundle
+    names = {p.name for p in (root / "specee-chat" / "_internal").iterdir()}
+    assert "torch" not in names and "tests" not in names
+    # an offscreen screenshot of the main window from the frozen build
+    shot = tmp_path / "frozen-window.png"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SPECEE_DATA_DIR": str(tmp_path / "home")}
+    subprocess.run([str(exe), "--screenshot", str(shot)], timeout=180, env=env, check=True)
+    assert shot.stat().st_size > 10_000
+    if deb is not None:
+        files = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+        assert "./opt/specee-chat/specee-chat" in files and "./usr/share/applications/specee-chat.desktop" in files
+        x = tmp_path / "deb"
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(x)], check=True)
+        assert build_linux.smoke(x / "opt" / "specee-chat" / "specee-chat")["ok"]
