@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMainWindow,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSplitter,
@@ -33,6 +34,7 @@ from app.speed_meter import SpeedMeter
 from app.train_runner import TrainRunner
 from app.worker_bridge import WorkerBridge
 from engine import protocol as p
+from engine.about import about_text
 from engine.chats.render import conversation_markdown
 from engine.chats.store import ConversationStore
 from engine.models.default_model import ensure_default_model
@@ -122,6 +124,7 @@ class MainWindow(QMainWindow):
         self.copy_button = self._button("Copy answer")
         self.models_button = self._button("Models…")
         self.settings_button = self._button("Settings…")
+        self.about_button = self._button("About")
         self.train_button = self._button("Train acceleration")
         self.train_button.setVisible(False)
         self.trainer: TrainRunner | None = None
@@ -142,6 +145,7 @@ class MainWindow(QMainWindow):
         actions.addWidget(self.train_button)
         actions.addWidget(self.models_button)
         actions.addWidget(self.settings_button)
+        actions.addWidget(self.about_button)
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
         row.addLayout(buttons)
@@ -184,6 +188,11 @@ class MainWindow(QMainWindow):
         self.restart_button.clicked.connect(self.start_engine)
         self.models_button.clicked.connect(self.open_model_manager)
         self.settings_button.clicked.connect(self.open_settings)
+        self.about_button.clicked.connect(
+            lambda: QMessageBox.about(
+                self, "About SpecEE Chat", about_text() + "\n\nLocal chat with SpecEE early exit and EAGLE drafting."
+            )
+        )
         self.train_button.clicked.connect(self.train_acceleration)
         self.sidebar.selected.connect(self.open_conversation)
         self.sidebar.new_requested.connect(self.new_conversation)

@@ -72,3 +72,12 @@ def test_app_selftest_runs_every_installed_mode(model_path) -> None:  # type: ig
     report = json.loads(out.stdout)
     assert report["ok"] and set(report["modes"]) == {"vanilla", "eagle", "specee"}
     assert all(m["tokens"] > 0 for m in report["modes"].values())
+
+
+def test_about_names_version_and_build() -> None:
+    from engine import __version__
+    from engine.about import about_text, build_identity
+
+    info = build_identity()
+    assert info["version"] == __version__ and info["commit"] != "" and not info["frozen"]
+    assert about_text().startswith(f"SpecEE Chat {__version__} (build ")
