@@ -133,7 +133,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="specee-pyi-"))
     app = build_frozen(work / "dist", work / "build")
     artifacts = {"tar.gz": make_tarball(app, out), "deb": make_deb(app, out)}
-    summary: dict = {"app_dir_mb": round(sum(f.stat().st_size for f in app.rglob("*") if f.is_file()) / 1e6, 1)}
+    summary: dict = {
+        "app_dir_mb": round(sum(f.stat().st_size for f in app.rglob("*") if f.is_file() and not f.is_symlink()) / 1e6, 1)
+    }
     for kind, path in artifacts.items():
         if path is not None:
             summary[kind] = {"path": str(path), "mb": round(path.stat().st_size / 1e6, 1)}
