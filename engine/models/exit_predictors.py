@@ -47,9 +47,10 @@ def save_predictors(preds: ExitPredictors, path: Path) -> None:
     w.add_uint32("specee.exits.n_cand", preds.n_cand)
     w.add_uint32("specee.exits.n_layer", preds.n_layer)
     layers = sorted(preds.layers)
-    w.add_array("specee.exits.layers", [int(x) for x in layers])
-    w.add_array("specee.exits.b2", [float(preds.layers[x].b2) for x in layers])
-    w.add_array("specee.exits.threshold", [float(preds.layers[x].threshold) for x in layers])
+    if layers:
+        w.add_array("specee.exits.layers", [int(x) for x in layers])
+        w.add_array("specee.exits.b2", [float(preds.layers[x].b2) for x in layers])
+        w.add_array("specee.exits.threshold", [float(preds.layers[x].threshold) for x in layers])
     if preds.vocab_head is not None:
         vw, vb, vt = preds.vocab_head
         w.add_array("specee.exits.vocab_head", [float(v) for v in (*vw, vb, vt)])
@@ -99,7 +100,15 @@ def load_predictors(path: Path, model_path: Path | None = None) -> ExitPredictor
             )
     tensors = {t.name: np.array(t.data, dtype=np.float32) for t in r.tensors}
     preds = ExitPredictors(int(field_value("specee.exits.n_cand")), int(field_value("specee.exits.n_layer")), sha)
-    layers, b2s, thrs = field_value("specee.exits.layers"), field_value("specee.exits.b2"), field_value("specee.exits.threshold")
+    # an empty schedule (no layer's checks pay off) is written without these arrays
+    if "specee.exits.layers" in r.fields:
+        layers, b2s, thrs = (
+            field_value("specee.exits.layers"),
+            field_value("specee.exits.b2"),
+            field_value("specee.exits.threshold"),
+        )
+    else:
+        layers, b2s, thrs = [], [], []
     n_feat = 14  # native/src/specee.h SPECEE_EE_N_FEATURES
     for layer, b2, thr in zip(layers, b2s, thrs, strict=True):
         try:
