@@ -40,9 +40,12 @@ def worker_command(python: str | None = None) -> list[str]:
 
 
 class WorkerClient:
-    def __init__(self, on_event: EventHandler | None = None, python: str | None = None) -> None:
+    def __init__(self, on_event: EventHandler | None = None, python: str | None = None, command: list[str] | None = None) -> None:
+        """python: another interpreter for the worker (benchmarks against upstream); command: the
+        whole worker command line (tests that start it in a particular way)."""
         self._on_event = on_event
         self._python = python
+        self._command = command
         self._events: queue.Queue[p.Message] = queue.Queue()
         self._proc: subprocess.Popen[str] | None = None
         self._send_lock = threading.Lock()
@@ -74,7 +77,7 @@ class WorkerClient:
         self.log_path = logs / "worker.log"
         self._stderr_tail.clear()
         self._proc = subprocess.Popen(
-            worker_command(self._python),
+            self._command or worker_command(self._python),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

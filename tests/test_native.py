@@ -1,8 +1,11 @@
 """Our native build is what the engine loads, and the build pipeline behaves."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from engine.native import EXPECTED_API_VERSION, build_info, require_patched
 
@@ -96,3 +99,33 @@ def test_small_batches_give_bit_identical_logits_to_one_token_decodes(model_path
     batched = np.concatenate([decode(seq[i : i + 4], len(prompt) + i) for i in range(0, 12, 4)])
     assert np.array_equal(batched[:11], np.stack(singles)), "verify batches must be bit-identical"
     llm.close()
+
+
+def _library_dirs() -> list[Path]:
+    """The installed build's libraries, plus any folders in SPECEE_CHECK_LIB_DIRS (e.g. a CUDA
+    build's libraries copied to a CPU machine: the check reads symbols, it loads nothing)."""
+    import os
+
+    import llama_cpp
+
+    extra = [Path(d) for d in os.environ.get("SPECEE_CHECK_LIB_DIRS", "").split(os.pathsep) if d]
+    return [Path(llama_cpp.__file__).parent / "lib", *extra]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF symbol tables; macOS and Windows export explicitly")
+def test_no_native_library_exports_cxx_symbols() -> None:
+    """Patch 0004 (native/src/c-api.map): an exported std:: instantiation in one library (CUDA's
+    host code) interposes on another's, so model load crashed when numpy came before llama_cpp."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    libs = sorted({p.resolve() for d in _library_dirs() for p in d.glob("lib*.so*") if p.is_file()})
+    assert any(p.name.startswith("libllama") for p in libs) and any(p.name.startswith("libggml-base") for p in libs)
+    offenders: dict[str, list[str]] = {}
+    for lib in libs:
+        out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+        cxx = [line.split()[-1] for line in out.splitlines() if line.split() and line.split()[-1].startswith("_Z")]
+        if cxx:
+            names = subprocess.run(["c++filt"], input="\n".join(cxx[:5]), capture_output=True, text=True).stdout.split("\n")
+            offenders[lib.name] = [f"{len(cxx)} C++ symbols, e.g.", *names[:5]]
+    assert not offenders, offenders

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,3 +179,19 @@ def test_idle_worker_does_not_spin(worker: WorkerClient) -> None:
     after = proc.cpu_times()
     busy = (after.user - before.user) + (after.system - before.system)
     assert busy < 0.1, f"an idle worker used {busy:.2f}s of CPU in 2s"
+
+
+def test_worker_loads_with_numpy_and_gguf_imported_before_llama_cpp(model_path: Path) -> None:
+    """On CUDA builds this order crashed at model load (a backend's exported C++ symbols interposed
+    on libllama's; fixed by patch 0004): a fresh interpreter imports them first, then runs the worker."""
+    code = (
+        "import sys, numpy, gguf\n"
+        "assert 'llama_cpp' not in sys.modules\n"
+        "from engine.worker.process import main\n"
+        "sys.exit(main())\n"
+    )
+    with WorkerClient(command=[sys.executable, "-c", code]) as client:
+        loaded = client.load(model_path, p.Placement(n_ctx=512))
+        assert loaded.n_layer > 0
+        _events, done = run(client, QUESTION, p.Sampling.greedy(8))
+        assert done.n_generated == 8
