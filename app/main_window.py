@@ -38,7 +38,6 @@ from engine.about import about_text
 from engine.chats.render import conversation_markdown
 from engine.chats.store import ConversationStore
 from engine.models.default_model import ensure_default_model
-from engine.placement.planner import placement_for
 from engine.settings import load_settings, save_settings
 
 
@@ -238,13 +237,8 @@ class MainWindow(QMainWindow):
         self.model_path = path
         self.state_label.setText(f"Loading {Path(path).name}…")
         s = self.settings
-        placement = p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads)
-        try:
-            placement, plan = placement_for(path, s.n_ctx, s.n_threads)
-            self.plan_text = plan.explanation
-        except Exception as exc:
-            self.plan_text = f"no placement plan ({exc}); loading on the CPU"
-        self.bridge.send(p.Load(path, placement, mode=s.mode))
+        # layout "auto": the worker plans where the layers go and says why in Loaded.plan
+        self.bridge.send(p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode))
 
     def open_model_manager(self) -> ModelManager:
         dialog = ModelManager(self)
@@ -408,6 +402,7 @@ class MainWindow(QMainWindow):
         if isinstance(msg, p.Loaded):
             self.model_loaded = True
             self.n_ctx = msg.n_ctx
+            self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             self.state_label.setText(f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}")
             self.state_label.setToolTip(msg.mode_reason or f"acceleration: {msg.mode}")

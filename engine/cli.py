@@ -91,9 +91,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if "vanilla" not in modes:
         modes.insert(0, "vanilla")  # every ratio is to vanilla measured in the same run
+    if args.layout != "auto" and args.gpu_layers is None:
+        print("specee bench: --layout first|last needs --gpu-layers N", file=sys.stderr)
+        return 2
+    layout = "last" if args.gpu_layers is not None and args.layout == "auto" else args.layout
     report = run_bench(
-        str(resolve_model(args.model)), prompts, modes, args.max_tokens, args.warmup, args.ctx, args.threads, args.upstream_python
-    )
+        str(resolve_model(args.model)), prompts, modes, args.max_tokens, args.warmup, args.ctx, args.threads,
+        args.upstream_python, n_gpu_layers=args.gpu_layers, layout=layout,
+    )  # fmt: skip
     print_report(report)
     if args.json:
         write_report(report, args.json)
@@ -282,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure decode/prefill speed per acceleration mode")
     bench.add_argument("--model", help="GGUF path or registered model id (default: the default model)")
     bench.add_argument(
-        "--modes", default="vanilla", help="comma-separated: vanilla, eagle, eagle:N, specee, specee:check, auto, upstream"
+        "--modes",
+        default="vanilla",
+        help="comma-separated: vanilla, eagle, eagle:N, specee, specee:check, specee:nofill, specee:noexit, auto, upstream",
     )
     bench.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/dev.jsonl"))
     bench.add_argument("--max-tokens", type=int, default=64)
@@ -290,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     bench.add_argument("--ctx", type=int, default=4096)
     bench.add_argument("--threads", type=int, default=0)
+    bench.add_argument("--gpu-layers", type=int, help="override the planner: this many layers on the GPU (-1: all)")
+    bench.add_argument("--layout", choices=["auto", "first", "last"], default="auto",
+                       help="with --gpu-layers: the first (SpecEE) or last (upstream) layers on the GPU")  # fmt: skip
     bench.add_argument("--upstream-python", help="interpreter with plain upstream llama-cpp-python (for mode 'upstream')")
     bench.add_argument("--json", help="write the full report here")
     bench.set_defaults(func=cmd_bench)

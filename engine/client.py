@@ -189,22 +189,32 @@ class WorkerClient:
         n_draft: int = 0,
         exit_check_every: int = 0,
         exit_fill: bool = True,
+        exits: bool = True,
     ) -> p.Loaded:
-        self.send(p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill))
+        self.send(p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill, exits))
         loaded = self.wait_for(p.Loaded, timeout=timeout)
         assert isinstance(loaded, p.Loaded)
         return loaded
 
-    def generate(self, messages: list[dict[str, str]], sampling: p.Sampling | None = None, request_id: str | None = None) -> str:
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        sampling: p.Sampling | None = None,
+        request_id: str | None = None,
+        report_margins: bool = False,
+    ) -> str:
         rid = request_id or uuid.uuid4().hex[:12]
-        self.send(p.Generate(rid, messages, sampling or p.Sampling()))
+        self.send(p.Generate(rid, messages, sampling or p.Sampling(), report_margins))
         return rid
 
     def stream(
         self, messages: list[dict[str, str]], sampling: p.Sampling | None = None, timeout: float = 600.0
     ) -> Iterator[p.Message]:
         """Yield this request's events up to and including Done; an Error raises WorkerError."""
-        rid = self.generate(messages, sampling)
+        return self.events_of(self.generate(messages, sampling), timeout)
+
+    def events_of(self, rid: str, timeout: float = 600.0) -> Iterator[p.Message]:
+        """The events of request rid, up to and including Done; an Error raises WorkerError."""
         deadline = time.monotonic() + timeout
         while True:
             msg = self.next_event(max(0.01, deadline - time.monotonic()))

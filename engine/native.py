@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 5
+EXPECTED_API_VERSION = 6
 
 
 class NativeBuildError(RuntimeError):
@@ -76,6 +76,7 @@ def lib() -> ctypes.CDLL:
         "specee_ee_step": ([vp, vp, ctypes.POINTER(i32), f32p, ctypes.POINTER(i32), ctypes.POINTER(EeStats)], i32),
         "specee_ee_reset_stats": ([vp], None),
         "specee_ee_set_fill": ([vp, ctypes.c_bool], None),
+        "specee_ee_set_stop_tokens": ([vp, ctypes.POINTER(i32), i32], None),
         "specee_ee_set_vocab_predictor": ([vp, f32p, ctypes.c_float, ctypes.c_float], i32),
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
         "specee_set_first_layers_on_gpu": ([i32, ctypes.c_bool], None),
@@ -121,4 +122,5 @@ class EeStats(ctypes.Structure):
         ("t_draft_ms", ctypes.c_double),
         ("t_target_ms", ctypes.c_double),
         ("t_other_ms", ctypes.c_double),
+        ("n_confirmed", ctypes.c_int32),
     ]

@@ -65,15 +65,25 @@ class Sampling:
         check(len(self.stop) <= 16, "at most 16 stop strings")
 
 
+LAYOUTS = ("auto", "last", "first")
+
+
 @dataclass
 class Placement:
     n_ctx: int = 4096
     n_threads: int = 0  # 0 = physical cores
     n_gpu_layers: int = 0
-    # "last": upstream, n_gpu_layers offloads the last layers; "first": the SpecEE layout, the
-    # first n_gpu_layers on the GPU (exits then skip CPU layers). output_on_gpu: with "first".
-    layout: str = "last"
+    # "auto": the worker's planner decides (n_gpu_layers and output_on_gpu are ignored); "last":
+    # upstream, n_gpu_layers offloads the last layers; "first": the SpecEE layout, the first
+    # n_gpu_layers on the GPU (exits then skip CPU layers). output_on_gpu: with "first".
+    layout: str = "auto"
     output_on_gpu: bool = False
+
+    def last_layer_on_gpu(self, n_layer: int) -> bool:
+        """Where the final layer (and so the hidden states an EAGLE head reads) lives."""
+        if self.layout == "auto" or self.n_gpu_layers == 0:
+            return False
+        return self.layout == "last" or self.n_gpu_layers < 0 or self.n_gpu_layers >= n_layer
 
     def validate(self) -> None:
         if not (isinstance(self.n_ctx, int) and 256 <= self.n_ctx <= 1 << 20):
@@ -82,8 +92,8 @@ class Placement:
             raise SettingsError(f"threads must be 0 (auto) to 512, got {self.n_threads}")
         if not (isinstance(self.n_gpu_layers, int) and -1 <= self.n_gpu_layers <= 10_000):
             raise SettingsError(f"GPU layers must be -1 (all) to 10000, got {self.n_gpu_layers}")
-        if self.layout not in ("last", "first"):
-            raise SettingsError(f"layout must be 'last' or 'first', got {self.layout!r}")
+        if self.layout not in LAYOUTS:
+            raise SettingsError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,6 +126,7 @@ class Load(Message):
     # specee: also run full depth on every Nth step to measure exit precision (bench; 0 = off)
     exit_check_every: int = 0
     exit_fill: bool = True  # specee: write skipped layers' K/V at an exit (False only to measure its worth)
+    exits: bool = True  # specee: False runs every step at full depth through the exit graph (measures its overhead)
 
 
 @dataclass
@@ -124,6 +135,10 @@ class Generate(Message):
     request_id: str = ""
     messages: list[dict[str, str]] = field(default_factory=list)  # [{"role": ..., "content": ...}]
     sampling: Sampling = field(default_factory=Sampling)
+    # bench: Done.margins gets, per decoded token (an ending token too), the gap between the top two
+    # logits it was chosen from (vanilla only; where a mode diverges from vanilla it tells a
+    # numerical tie from a real difference)
+    report_margins: bool = False
 
 
 @dataclass
@@ -169,6 +184,8 @@ class Loaded(Message):
     mode_reason: str = ""  # why `auto` chose this mode, measured on this machine
     load_ms: float = 0.0
     measured_tok_s: dict[str, float] = field(default_factory=dict)  # auto's calibration, per mode
+    placement: Placement = field(default_factory=Placement)  # what was loaded (never "auto")
+    plan: str = ""  # why: the planner's explanation, or the explicit override
 
 
 @dataclass
@@ -216,6 +233,7 @@ class Done(Message):
     n_prompt: int = 0
     n_generated: int = 0
     tokens: list[int] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)  # see Generate.report_margins
 
 
 @dataclass

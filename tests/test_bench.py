@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.bench.fidelity import ended_early, first_divergence
 from engine.bench.prompts import DEV_PROMPTS, PromptFileError, load_prompts
 from engine.bench.runner import run_bench
 from engine.cli import main as cli
@@ -48,3 +49,30 @@ def test_cli_bench_writes_json(model_path: Path, tmp_path: Path, capsys: pytest.
     report = json.loads(out.read_text())
     assert report["modes"][0]["mode"] == "vanilla"
     assert "decode tok/s" in capsys.readouterr().out
+
+
+def test_divergences_are_located_and_judged_by_vanillas_logit_gap() -> None:
+    assert first_divergence([1, 2, 3], [1, 2, 3], [0.5, 0.5, 0.5]) is None
+    d = first_divergence([1, 2, 4], [1, 2, 3], [1.0, 1.0, 0.01])
+    assert d is not None and (d.position, d.token, d.vanilla_token) == (2, 4, 3) and d.is_tie
+    d = first_divergence([1, 2], [1, 2, 3], [1.0, 1.0, 0.2])  # the mode ended where vanilla went on
+    assert d is not None and d.token is None and not d.is_tie
+    unknown = first_divergence([1, 5], [1, 2], [1.0])  # no gap known: never counted as a tie
+    assert unknown is not None and not unknown.is_tie
+    assert ended_early([1, 2], "stop", [1, 2, 3]) and not ended_early([1, 2], "length", [1, 2, 3])
+    assert not ended_early([1, 2, 3], "stop", [1, 2, 3])
+
+
+def test_bench_reports_fidelity_per_mode(model_path: Path) -> None:
+    prompts = load_prompts(DEV_PROMPTS)[:3]
+    report = run_bench(str(model_path), prompts, ["vanilla", "eagle", "specee"], max_tokens=24, warmup=0, n_ctx=1024)
+    modes = {m["mode"]: m for m in report["modes"]}
+    for name in ("eagle", "specee"):
+        m = modes[name]
+        assert {"early_endings", "tie_divergences", "non_tie_divergences"} <= m.keys()
+        assert m["placement"] == modes["vanilla"]["placement"] and m["plan"]
+    assert modes["eagle"]["early_endings"] == 0 and modes["eagle"]["non_tie_divergences"] == 0
+    vanilla = {s["prompt_id"]: s for s in report["samples"]["vanilla"]}
+    for s in report["samples"]["specee"]:  # the untimed pass measured vanilla's gaps where specee diverged
+        if s["tokens"] != vanilla[s["prompt_id"]]["tokens"]:
+            assert len(vanilla[s["prompt_id"]]["margins"]) >= len(vanilla[s["prompt_id"]]["tokens"])

@@ -13,6 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "native"))
 import build as native_build  # noqa: E402
 
+from tests.conftest import BACKENDS, gpu_layers  # noqa: E402
+
 
 def test_loaded_llama_cpp_is_our_patched_build() -> None:
     info = require_patched()
@@ -63,14 +65,15 @@ def test_unknown_backend_is_an_actionable_error(monkeypatch) -> None:  # type: i
         raise AssertionError("expected BuildError")
 
 
-def test_small_batches_give_bit_identical_logits_to_one_token_decodes(model_path: Path) -> None:
-    """Patch 0002: a verify batch of a few tokens must compute exactly what one-token decoding
-    computes, or speculative decoding would drift from vanilla output."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_small_batches_give_bit_identical_logits_to_one_token_decodes(model_path: Path, backend: str) -> None:
+    """A verify batch of a few tokens must compute exactly what one-token decoding computes, or
+    speculative decoding would drift from vanilla output (native/build.py: GGML_LLAMAFILE=OFF)."""
     import numpy as np
     from llama_cpp import Llama
     from llama_cpp import llama_cpp as C
 
-    llm = Llama(str(model_path), n_ctx=512, n_threads=2, verbose=False)
+    llm = Llama(str(model_path), n_ctx=512, n_threads=2, n_gpu_layers=gpu_layers(backend), verbose=False)
     ctx, mem = llm._ctx.ctx, C.llama_get_memory(llm._ctx.ctx)
 
     def decode(tokens: list[int], pos0: int) -> np.ndarray:

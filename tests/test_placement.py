@@ -1,5 +1,6 @@
 """The placement planner and the first-layers layout: plans never exceed free memory, prefer
-first-layers-on-GPU when exits are frequent, and the CPU-only plan here is what the worker loads."""
+first-layers-on-GPU when exits are frequent, and the plan for this machine (GPU or not) is what the
+worker loads unless the caller overrides it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from engine.placement.planner import (
     VRAM_HEADROOM_FRAC,
     Exits,
     load_profiles,
+    placement_for,
     plan,
 )
+from tests.conftest import HAS_GPU, NO_GPU
 
 
 def _frequent_exits(n_layer: int) -> Exits:
@@ -67,26 +70,41 @@ def test_context_shrinks_before_layers_leave_the_gpu_only_when_auto() -> None:
     assert not plan(m, profile, None, n_ctx=131072, ctx_auto=False).fits
 
 
-def test_detection_here_is_cpu_only_and_stable() -> None:
+def test_detection_here_is_stable_and_matches_ggml() -> None:
     devs = devices()
     assert devs and all(d["type"] in ("cpu", "gpu", "igpu", "accel") for d in devs)
     assert any(d["type"] == "cpu" for d in devs)
     a, b = this_machine(), this_machine()
     assert (a.name, a.physical_cores, a.ram_gb, a.gpu) == (b.name, b.physical_cores, b.ram_gb, b.gpu)
+    assert (a.gpu is not None) == HAS_GPU
 
 
-def test_the_cpu_plan_here_is_what_the_worker_loads(model_path: Path) -> None:
-    hw = this_machine()
-    pl = plan(facts_from_gguf(model_path), hw, None, n_ctx=2048)
-    if hw.gpu is not None:
-        pytest.skip("this machine has a GPU; the CPU-only check does not apply")
-    assert pl.layout == "cpu" and pl.n_gpu_layers == 0
-    placement = p.Placement(n_ctx=pl.n_ctx, n_threads=0, n_gpu_layers=pl.n_gpu_layers, layout="first")
+def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> None:
+    """One placement for app, CLI, bench and tests: the worker plans it ("auto") and says so."""
+    want, pl = placement_for(model_path, 2048, 0)
     with WorkerClient() as client:
-        loaded = client.load(model_path, placement, mode="vanilla")
-        assert loaded.n_threads == pl.n_threads and loaded.n_ctx == pl.n_ctx
+        loaded = client.load(model_path, p.Placement(n_ctx=2048), mode="vanilla")
+        assert (loaded.placement.n_gpu_layers, loaded.placement.layout) == (want.n_gpu_layers, want.layout)
+        assert loaded.plan == pl.explanation and loaded.n_threads == pl.n_threads and loaded.n_ctx == 2048
+        if not HAS_GPU:
+            assert loaded.placement.n_gpu_layers == 0 and "layers on the CPU" in loaded.plan
         done = list(client.stream([{"role": "user", "content": "Hi"}], p.Sampling.greedy(4)))[-1]
         assert done.n_generated > 0
+        # an explicit placement overrides the plan
+        override = p.Placement(n_ctx=1024, n_gpu_layers=0, layout="first")
+        loaded = client.load(model_path, override, mode="vanilla")
+        assert loaded.placement == override and loaded.plan.startswith("explicit placement")
+
+
+@pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
+def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_path: Path) -> None:
+    want, _pl = placement_for(model_path, 2048, 0)
+    assert want.n_gpu_layers != 0, "the default model fits on any GPU"
+    assert p.Placement(n_gpu_layers=4, layout="first").last_layer_on_gpu(30) is False
+    assert p.Placement(n_gpu_layers=4, layout="last").last_layer_on_gpu(30) is True
+    with WorkerClient() as client:
+        loaded = client.load(model_path, p.Placement(n_ctx=2048), mode="eagle")
+        assert loaded.placement.n_gpu_layers == want.n_gpu_layers and loaded.mode == "eagle"
 
 
 def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -98,7 +116,7 @@ def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_pa
     assert len(names) == len(load_profiles()) + 1  # + this machine
     assert all(pl["explanation"] for pl in plans)
     assert main(["doctor", "--plan", str(model_path)]) == 0
-    assert "layers on the CPU" in capsys.readouterr().out
+    assert ("layers (" if HAS_GPU else "layers on the CPU") in capsys.readouterr().out  # "N of M layers (first) on <GPU>"
 
 
 def test_the_planners_sizes_agree_with_llama_cpps_dry_run(model_path: Path) -> None:
@@ -113,4 +131,9 @@ def test_the_planners_sizes_agree_with_llama_cpps_dry_run(model_path: Path) -> N
     kv_step = big["host"]["context"] - small["host"]["context"]
     assert abs(kv_step - facts.kv_bytes(3072, facts.n_layer)) / kv_step < 0.05
     assert 0 < big["host"]["compute"] <= COMPUTE_BUFFER
-    assert big["device"] == {"model": 0, "context": 0, "compute": 0}  # CPU-only here
+    assert (big["device"]["model"], big["device"]["context"]) == (0, 0)  # no layer offloaded
+    if HAS_GPU:
+        gpu = measure_memory(model_path, 4096, n_gpu_layers=-1)
+        assert abs(gpu["device"]["model"] - facts.weights_bytes) / facts.weights_bytes < 0.25
+    else:
+        assert big["device"]["compute"] == 0

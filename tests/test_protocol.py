@@ -61,3 +61,16 @@ def test_defaults_and_greedy_are_valid() -> None:
     p.Placement().validate()
     with pytest.raises(p.SettingsError):
         p.Placement(n_ctx=10).validate()
+
+
+def test_placement_defaults_to_the_workers_plan_and_round_trips_in_loaded() -> None:
+    assert p.Placement().layout == "auto"
+    with pytest.raises(p.SettingsError, match="layout"):
+        p.Placement(layout="middle").validate()
+    pl = p.Placement(n_ctx=1024, n_gpu_layers=8, layout="first", output_on_gpu=True)
+    msg = p.decode(p.encode(p.Loaded(placement=pl, plan="explicit")))
+    assert isinstance(msg, p.Loaded) and msg.placement == pl and msg.plan == "explicit"
+    # the EAGLE head goes where the target's last layer is
+    assert not pl.last_layer_on_gpu(30) and p.Placement(n_gpu_layers=30, layout="first").last_layer_on_gpu(30)
+    assert p.Placement(n_gpu_layers=2, layout="last").last_layer_on_gpu(30)
+    assert not p.Placement(n_gpu_layers=0, layout="last").last_layer_on_gpu(30)

@@ -20,18 +20,20 @@ from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import SpecEEDecoder, VanillaDecoder
+from tests.conftest import BACKENDS, gpu_layers
 
 HEAD = RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gguf"
 QUESTIONS = ("Explain how a bicycle works.", "Write a haiku about autumn rain.", "What is 17 times 23?")
 
 
-def _llm(model_path: Path) -> Llama:
-    return Llama(model_path=str(model_path), n_ctx=1024, n_batch=512, n_threads=2, n_threads_batch=2, verbose=False)
+def _llm(model_path: Path, backend: str = "cpu") -> Llama:
+    return Llama(model_path=str(model_path), n_ctx=1024, n_batch=512, n_threads=2, n_threads_batch=2,
+                 n_gpu_layers=gpu_layers(backend), verbose=False)  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def llm(model_path: Path) -> Llama:
-    m = _llm(model_path)
+@pytest.fixture(scope="module", params=BACKENDS)
+def llm(model_path: Path, request: pytest.FixtureRequest) -> Llama:
+    m = _llm(model_path, request.param)
     yield m
     m.close()
 
@@ -267,3 +269,30 @@ def test_native_predictor_features_equal_the_trainers() -> None:
                     rec[s, layer].ctypes.data_as(f32), lp, draft_lp[s].ctypes.data_as(f32), k, out.ctypes.data_as(f32)
                 )
                 np.testing.assert_allclose(out, want[s, layer], rtol=1e-5, atol=1e-5)
+
+
+def test_an_exit_onto_a_stop_token_is_confirmed_at_full_depth(llm: Llama, model_path: Path) -> None:
+    """SpecEE never ends an answer early: an exit whose token is an end-of-generation token or a
+    token of a stop string is declined, and the full lm_head decides that step."""
+    tokens = _tokens(llm, model_path, QUESTIONS[0])
+    dec = SpecEEDecoder(llm, HEAD, None, 2, force_layer=21)
+    try:
+        forced = _take(dec.stream(tokens, p.Sampling.greedy(8)), 8)  # every step exits after layer 21
+        assert dec.accel_stats()["exit_rate"] == 1.0 and dec.accel_stats()["confirmed_endings"] == 0
+        i, text = next(
+            (i, llm.detokenize([t]).decode())
+            for i, t in enumerate(forced[1:], 1)
+            if llm.tokenize(llm.detokenize([t]), add_bos=False, special=True) == [t]
+        )
+        stop = p.Sampling.greedy(8)
+        stop.stop = [text]
+        got = _take(dec.stream(tokens, stop), i + 1)
+        st = dec.accel_stats()
+    finally:
+        dec.close()
+    assert got[:i] == forced[:i]
+    assert st["confirmed_endings"] >= 1 and st["exit_hist"][-1] >= 1  # step i ran the full lm_head
+    vanilla = VanillaDecoder(llm)
+    want = _take(vanilla.stream([*tokens, *forced[:i]], p.Sampling.greedy(1)), 1)
+    vanilla.forget()
+    assert got[i] == want[0]

@@ -13,6 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from engine import protocol as p
+from engine.bench.fidelity import TIE_GAP, ended_early, first_divergence
 from engine.bench.prompts import BenchPrompt
 from engine.client import WorkerClient
 from engine.models.acceleration import find_pack
@@ -34,6 +35,7 @@ class Sample:
     finish: str
     tokens: list[int] = field(default_factory=list)
     accel: dict[str, float] = field(default_factory=dict)
+    margins: list[float] = field(default_factory=list)  # vanilla: top-2 logit gap per token (fidelity pass)
 
 
 @dataclass
@@ -42,12 +44,16 @@ class ModeReport:
     native: dict
     samples: list[Sample] = field(default_factory=list)
     head_eval: dict = field(default_factory=dict)  # the shipped head's offline hit rates (manifest)
+    loaded: p.Loaded = field(default_factory=p.Loaded)
 
     def summary(self, reference: ModeReport | None) -> dict:
         decode = [s.decode_tok_s for s in self.samples if s.decode_tok_s > 0]
+        pl = self.loaded.placement
         out = {
             "mode": self.mode,
             "build_key": self.native.get("build_key", "upstream"),
+            "placement": f"{pl.n_gpu_layers} GPU layers ({pl.layout}), {self.loaded.n_threads} threads",
+            "plan": self.loaded.plan,
             "prompts": len(self.samples),
             "tokens_generated": sum(s.n_generated for s in self.samples),
             "decode_tok_s_median": _median(decode),
@@ -76,7 +82,30 @@ class ModeReport:
             out["common_prefix_tokens_mean"] = round(statistics.mean(prefixes), 1) if prefixes else 0.0
             n_pos = sum(max(len(a), len(b)) for a, b in pairs)
             out["token_agreement"] = round(sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False)) / max(n_pos, 1), 4)
+            out.update(_fidelity_summary(self.samples, ref))
         return out
+
+
+def _fidelity_summary(samples: list[Sample], ref: dict[str, Sample]) -> dict:
+    """Early endings and, at each prompt's first divergence, vanilla's top-2 logit gap there."""
+    early, ties, real = [], [], []
+    for s in samples:
+        v = ref.get(s.prompt_id)
+        if v is None:
+            continue
+        if ended_early(s.tokens, s.finish, v.tokens):
+            early.append(s.prompt_id)
+        d = first_divergence(s.tokens, v.tokens, v.margins)
+        if d is not None:
+            (ties if d.is_tie else real).append({"prompt": s.prompt_id, "position": d.position, "gap": round(d.gap, 4)})
+    return {
+        "early_endings": len(early),
+        "early_ending_prompts": early,
+        "tie_divergences": len(ties),
+        "non_tie_divergences": len(real),  # gap >= TIE_GAP (or unknown): 0 for a lossless mode
+        "non_tie_divergence_detail": real,
+        "tie_gap": TIE_GAP,
+    }
 
 
 def _specee_summary(samples: list[Sample]) -> dict:
@@ -123,7 +152,11 @@ def run_bench(
     n_ctx: int = 4096,
     n_threads: int = 0,
     upstream_python: str | None = None,
+    n_gpu_layers: int | None = None,
+    layout: str = "auto",
 ) -> dict:
+    """layout "auto": every mode loads the planner's placement, as the app does; "first"/"last"
+    with n_gpu_layers override it (the EAGLE head follows the target's last layer either way)."""
     clients: dict[str, WorkerClient] = {}
     reports: dict[str, ModeReport] = {}
     try:
@@ -135,14 +168,17 @@ def run_bench(
             ready = client.start()
             # "eagle:2" = eagle with a 2-token draft chain; "specee:check" = specee that also runs
             # full depth on every step to measure exit precision (same text, slower);
-            # "specee:nofill" = skipped layers' K/V left unwritten (what the fill is worth)
+            # "specee:nofill" = skipped layers' K/V left unwritten (what the fill is worth);
+            # "specee:noexit" = every step at full depth through the exit graph (its overhead)
             worker_mode, _, opt = ("vanilla" if mode == UPSTREAM else mode).partition(":")
             n_draft = int(opt) if worker_mode == "eagle" and opt else 0
-            check = 1 if worker_mode == "specee" and opt == "check" else 0
-            placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads)
-            fill = not (worker_mode == "specee" and opt == "nofill")
-            client.load(model_path, placement, mode=worker_mode, n_draft=n_draft, exit_check_every=check, exit_fill=fill)
-            clients[mode], reports[mode] = client, ModeReport(mode, ready.native)
+            specee_opt = opt if worker_mode == "specee" else ""
+            placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers or 0, layout=layout)
+            loaded = client.load(
+                model_path, placement, mode=worker_mode, n_draft=n_draft, exit_check_every=int(specee_opt == "check"),
+                exit_fill=specee_opt != "nofill", exits=specee_opt != "noexit",
+            )  # fmt: skip
+            clients[mode], reports[mode] = client, ModeReport(mode, ready.native, loaded=loaded)
             if mode.startswith(("eagle", "specee")):
                 pack = find_pack(Path(model_path))
                 reports[mode].head_eval = pack.manifest.get("eagle", {}).get("dev_eval", {}) if pack else {}
@@ -153,6 +189,8 @@ def run_bench(
         for prompt in tqdm(prompts, desc="bench", unit="prompt", file=sys.stderr):
             for mode in modes:
                 reports[mode].samples.append(_run_one(clients[mode], prompt, sampling))
+        if "vanilla" in reports:
+            _vanilla_margins(clients["vanilla"], reports, prompts, sampling)
     finally:
         for client in clients.values():
             client.stop()
@@ -168,20 +206,40 @@ def run_bench(
     }
 
 
-def _run_one(client: WorkerClient, prompt: BenchPrompt, sampling: p.Sampling) -> Sample:
+def _vanilla_margins(
+    client: WorkerClient, reports: dict[str, ModeReport], prompts: list[BenchPrompt], sampling: p.Sampling
+) -> None:
+    """Vanilla again, untimed, on the prompts some mode diverged on, reporting its top-2 logit gaps
+    (reading logits each token would slow the timed vanilla runs). Greedy vanilla must repeat itself."""
+    ref = {s.prompt_id: s for s in reports["vanilla"].samples}
+    diverged = {s.prompt_id for r in reports.values() for s in r.samples if s.tokens != ref.get(s.prompt_id, s).tokens}
+    for prompt in tqdm([q for q in prompts if q.id in diverged], desc="vanilla logit gaps", unit="prompt", file=sys.stderr):
+        again = _run_one(client, prompt, sampling, report_margins=True)
+        if again.tokens != ref[prompt.id].tokens:
+            raise RuntimeError(f"vanilla greedy output is not repeatable on prompt {prompt.id}: the engine is non-deterministic")
+        ref[prompt.id].margins = again.margins
+
+
+def _run_one(client: WorkerClient, prompt: BenchPrompt, sampling: p.Sampling, report_margins: bool = False) -> Sample:
     stats, done = p.Stats(), p.Done()
     # A fresh conversation per prompt, as a user would start one.
-    for ev in client.stream([{"role": "user", "content": prompt.text}], sampling):
+    rid = client.generate([{"role": "user", "content": prompt.text}], sampling, report_margins=report_margins)
+    for ev in client.events_of(rid):
         if isinstance(ev, p.Stats):
             stats = ev
         elif isinstance(ev, p.Done):
             done = ev
     return Sample(prompt.id, done.n_prompt, done.n_generated, stats.ttft_ms, stats.prefill_tok_s, stats.decode_tok_s,
-                  done.finish_reason, done.tokens, stats.accel)  # fmt: skip
+                  done.finish_reason, done.tokens, stats.accel, done.margins)  # fmt: skip
 
 
 def print_report(report: dict) -> None:
     print(f"model: {report['model']}  prompts: {report['prompts']}  max_tokens: {report['max_tokens']}")
+    placements = {m["placement"] for m in report["modes"]}
+    for m in report["modes"][:1] if len(placements) == 1 else report["modes"]:
+        print(f"placement{'' if len(placements) == 1 else ' (' + m['mode'] + ')'}: {m['placement']}; {m['plan']}")
+    vanilla = [m for m in report["modes"] if m["mode"] == "vanilla" and m["decode_tok_s_median"]]
+    vanilla_ms = 1000 / vanilla[0]["decode_tok_s_median"] if vanilla else 0.0
     header = f"{'mode':<12}{'decode tok/s':>14}{'prefill tok/s':>15}{'TTFT ms':>10}{'vs vanilla':>12}{'identical':>11}"
     print(header)
     print("-" * len(header))
@@ -193,8 +251,18 @@ def print_report(report: dict) -> None:
             print(f"  acceptance length {m['acceptance_length_median']:.2f} tok/step, accept {m['accept_rate_median']:.2f};"
                   f" per step: draft {m['draft_ms_per_step_median']:.1f} ms, verify {m['verify_ms_per_step_median']:.1f} ms,"
                   f" feed {m['feed_ms_per_step_median']:.1f} ms")  # fmt: skip
+        if "early_endings" in m:
+            n = m["prompts"]
+            print(f"  fidelity: {m['early_endings']}/{n} early endings, divergences at ties (vanilla top-2 gap < {m['tie_gap']}):"
+                  f" {m['tie_divergences']}, elsewhere: {m['non_tie_divergences']}")  # fmt: skip
+            for d in m["non_tie_divergence_detail"][:5]:
+                print(f"    prompt {d['prompt']}: token {d['position']}, vanilla's top-2 gap {d['gap']}")
         if "exit_rate" in m:
             _print_specee(m)
+            if m["mode"] == "specee:noexit" and vanilla_ms:
+                t = m["target_ms_per_step"]
+                print(f"  exit graph with exits off: target step {t:.2f} ms vs vanilla {vanilla_ms:.2f} ms per token"
+                      f" ({t / vanilla_ms:.3f}x)")  # fmt: skip
         if "token_agreement" in m and m["mode"].startswith("specee"):
             agree, prefix = m["token_agreement"], m["common_prefix_tokens_mean"]
             print(f"  agreement with vanilla: {agree:.1%} of tokens, common prefix {prefix:.1f} tokens")

@@ -44,6 +44,7 @@ class GGUFInfo:
     data_end: int  # bytes the tensors need; a complete file is at least this long
     file_size: int
     tensor_types: dict[str, int] = field(default_factory=dict)
+    tensor_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def architecture(self) -> str:
@@ -135,13 +136,14 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
                 vtype = r.unpack("I")
                 metadata[key] = r.value(vtype, keep=vtype != _ARRAY or key in _KEEP_ARRAYS)
             alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
-            data_end_rel, types = 0, {}
+            data_end_rel, types, sizes = 0, {}, {}
             for _ in range(tensor_count):
                 name = r.string()
                 n_dims = r.unpack("I")
                 dims = [r.unpack("Q") for _ in range(n_dims)]
                 ttype, offset = r.unpack("I"), r.unpack("Q")
-                data_end_rel = max(data_end_rel, offset + _tensor_bytes(name, ttype, dims))
+                sizes[name] = _tensor_bytes(name, ttype, dims)
+                data_end_rel = max(data_end_rel, offset + sizes[name])
                 types[name] = ttype
             header_end = fh.tell()
     except EOFError:
@@ -160,7 +162,7 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
             f"{path.name} is truncated: {size / 1e6:.1f} MB present of {data_end / 1e6:.1f} MB needed. "
             "The download was probably interrupted; download it again.",
         )
-    return GGUFInfo(path, version, metadata, tensor_count, data_offset, data_end, size, types)
+    return GGUFInfo(path, version, metadata, tensor_count, data_offset, data_end, size, types, sizes)
 
 
 def _tensor_bytes(name: str, ttype: int, dims: list[int]) -> int:

@@ -4,6 +4,7 @@ the session around them handles text, stop strings, cancel and stats the same wa
 from __future__ import annotations
 
 import ctypes
+import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ class Decoder(Protocol):
     def accel_stats(self) -> dict[str, float]: ...
     def forget(self) -> None: ...  # drop the KV prefix bookkeeping (another decoder used the context)
     def close(self) -> None: ...
+    # gap between the top two logits the last token was chosen from; nan where the mode does not know it
+    def last_margin(self) -> float: ...
 
 
 def _sampler(llm: Llama, s: p.Sampling):  # type: ignore[no-untyped-def]
@@ -41,6 +44,7 @@ class VanillaDecoder:
 
     def __init__(self, llm: Llama) -> None:
         self.llm = llm
+        self._n_vocab = llm.n_vocab()
 
     def cached_prefix(self, tokens: list[int]) -> int:
         cached = common_prefix(self.llm._input_ids[: self.llm.n_tokens].tolist(), tokens)
@@ -64,6 +68,13 @@ class VanillaDecoder:
     def accel_stats(self) -> dict[str, float]:
         return {}
 
+    def last_margin(self) -> float:
+        # the context still holds the logits the last token was sampled from (the next decode
+        # runs only when the stream is resumed)
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1), shape=(self._n_vocab,))
+        top2 = np.partition(row, -2)[-2:]
+        return float(top2[1] - top2[0])
+
     def forget(self) -> None:
         self.llm.reset()
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.llm._ctx.ctx), True)
@@ -75,10 +86,13 @@ class VanillaDecoder:
 class EagleDecoder:
     """EAGLE-3 speculative decoding in native/src/eagle.cpp: draft a chain, verify in one batch."""
 
-    def __init__(self, llm: Llama, head_path: Path, n_draft: int, n_threads: int) -> None:
+    def __init__(self, llm: Llama, head_path: Path, n_draft: int, n_threads: int, head_on_gpu: bool = False) -> None:
         self.llm = llm
         self.lib = native.lib()
         params = llama_cpp.llama_model_default_params()
+        # Explicitly with the target's last layer (Session._head_on_gpu): llama.cpp's default
+        # offloads everything, so a CPU-placed target would ship features to the GPU every step.
+        params.n_gpu_layers = 999 if head_on_gpu else 0
         self._draft_model = llama_cpp.llama_model_load_from_file(str(head_path).encode(), params)
         if not self._draft_model:
             raise RuntimeError(f"llama.cpp could not load the EAGLE head {head_path.name}")
@@ -124,6 +138,9 @@ class EagleDecoder:
     def forget(self) -> None:
         self._kv = []
 
+    def last_margin(self) -> float:
+        return math.nan
+
     def accel_stats(self) -> dict[str, float]:
         st = self._stats
         steps = max(st.n_steps, 1)
@@ -162,8 +179,9 @@ class SpecEEDecoder(EagleDecoder):
         shadow_every: int = 0,
         fill: bool = True,
         n_cand: int = 32,
+        head_on_gpu: bool = False,
     ) -> None:
-        super().__init__(llm, head_path, 1, n_threads)
+        super().__init__(llm, head_path, 1, n_threads, head_on_gpu)
         self.n_cand = predictors.n_cand if predictors else n_cand
         self._ee = self.lib.specee_ee_init(self._eagle, self.n_cand)
         if not self._ee:
@@ -192,6 +210,10 @@ class SpecEEDecoder(EagleDecoder):
     def _configure(self, s: p.Sampling) -> None:
         seed = s.seed if s.seed >= 0 else random.getrandbits(32)
         self.lib.specee_ee_configure(self._ee, self.exits, self.force_layer, self.shadow_every, s.temperature, seed)
+        # An exit never emits a token of a stop string (nor an end-of-generation token): the full
+        # lm_head confirms it, so a premature exit cannot end the answer early.
+        stop = sorted({t for st in s.stop for t in self.llm.tokenize(st.encode(), add_bos=False, special=True)})
+        self.lib.specee_ee_set_stop_tokens(self._ee, (ctypes.c_int32 * max(len(stop), 1))(*stop), len(stop))
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
         yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False))
@@ -247,6 +269,7 @@ class SpecEEDecoder(EagleDecoder):
             "exit_hist": list(st.exit_hist[: self.n_layer + 1]),
             "target_ms_per_step": st.t_target_ms / steps,
             "draft_ms_per_step": st.t_draft_ms / steps,
+            "confirmed_endings": st.n_confirmed,
         }
         if st.n_shadow:
             out["shadow_steps"] = st.n_shadow

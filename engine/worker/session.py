@@ -44,7 +44,8 @@ class Session:
     def __init__(self, load: p.Load) -> None:
         start = time.perf_counter()
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
-        placement = load.placement
+        placement, self.plan = resolve_placement(load)
+        self.placement = placement
         self.n_threads = placement.n_threads or physical_cores()
         if not 0 <= load.n_draft <= 16:
             raise LoadError("bad_settings", f"draft chain length must be 0 (the head's default) to 16, got {load.n_draft}")
@@ -101,6 +102,8 @@ class Session:
             mode_reason=self.mode_reason,
             load_ms=(time.perf_counter() - start) * 1000,
             measured_tok_s=self.measured,
+            placement=placement,
+            plan=self.plan,
         )
 
     def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
@@ -125,7 +128,7 @@ class Session:
             )
         makers = {"eagle": lambda: self._eagle_decoder(load, pack, head)}
         if exits is not None:
-            makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load.exit_check_every, load.exit_fill)
+            makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
         if load.mode in ("eagle", "specee"):
             return load.mode, makers[load.mode]()
         choice = self._auto_choice(model_path, pack, makers)
@@ -135,19 +138,23 @@ class Session:
         try:
             check_eagle_head(head, Path(load.model_path))
             n_draft = load.n_draft or int(pack.manifest.get("eagle", {}).get("n_draft", 3))
-            return EagleDecoder(self.llm, head, n_draft, self.n_threads)
+            return EagleDecoder(self.llm, head, n_draft, self.n_threads, self._head_on_gpu())
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:
             raise LoadError("bad_head", f"the EAGLE head {head.name} could not be used: {exc}") from exc
 
-    def _specee_decoder(
-        self, model_path: Path, head: Path, exits: Path, check_every: int = 0, fill: bool = True
-    ) -> SpecEEDecoder:
+    def _head_on_gpu(self) -> bool:
+        """The EAGLE head sits with the layers that feed it: on the GPU only when the target's last
+        layer is there (llama.cpp's default would put it on the GPU whatever the target's split)."""
+        return self.placement.last_layer_on_gpu(self.info.n_layer)
+
+    def _specee_decoder(self, model_path: Path, head: Path, exits: Path, load: p.Load) -> SpecEEDecoder:
         try:
             check_eagle_head(head, model_path)
             preds = load_predictors(exits, model_path)
-            return SpecEEDecoder(self.llm, head, preds, self.n_threads, shadow_every=check_every, fill=fill)
+            return SpecEEDecoder(self.llm, head, preds, self.n_threads, exits=load.exits, shadow_every=load.exit_check_every,
+                                 fill=load.exit_fill, head_on_gpu=self._head_on_gpu())  # fmt: skip
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:
@@ -267,12 +274,15 @@ class Session:
                 accel=self.decoder.accel_stats(),
             )
 
+        margins: list[float] = []
         gen = self.decoder.stream(tokens, s)
         for tok in gen:
             now = time.perf_counter()
             if not t_first:
                 t_first = now
             t_last = now
+            if req.report_margins:
+                margins.append(self.decoder.last_margin())
             if llama_cpp.llama_vocab_is_eog(self._vocab, tok):
                 finish = "stop"
                 break
@@ -300,7 +310,24 @@ class Session:
             text += pending
             emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
         emit(stats())
-        emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens))
+        emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
+
+
+def resolve_placement(load: p.Load) -> tuple[p.Placement, str]:
+    """The placement to load and why: the planner's for "auto" (the same for app, CLI, bench and
+    tests), else the caller's explicit override."""
+    asked = load.placement
+    if asked.layout != "auto":
+        where = "all" if asked.n_gpu_layers < 0 else str(asked.n_gpu_layers)
+        return asked, f"explicit placement: {where} layers ({asked.layout}) on the GPU, the rest on the CPU"
+    from engine.placement.planner import placement_for
+
+    try:
+        placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads)
+        return placement, plan.explanation
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout="last")
+        return cpu, f"no placement plan ({exc}); all layers on the CPU"
 
 
 def _split_stop(pending: str, stops: list[str], hold: int) -> tuple[str, str, bool]:

@@ -68,8 +68,12 @@ struct specee_ee {
     const llama_model * model = nullptr;
     int32_t n_layer = 0, n_embd = 0, n_cand = 4;
     uint64_t generation = 0;
-    ggml_backend_sched_eval_callback prev_cb = nullptr;
-    void * prev_cb_data = nullptr;
+
+    // Tokens an exit never emits on its own: end-of-generation tokens (an early exit onto one would
+    // end the answer early) and the tokens of the request's stop strings. A step whose exit picks
+    // one runs on (later checks may still exit onto another token) and the full lm_head decides.
+    std::vector<uint8_t> confirm;
+    std::vector<llama_token> stop_tokens;
 
     std::vector<llama_token> cand;
     std::vector<float> cand_draft_lp;  // the head's log-probabilities of the candidates
@@ -95,6 +99,7 @@ struct specee_ee {
     float vocab_b = 0.0f, vocab_thr = 0.0f;
     std::vector<float> dv_logits;
     bool vocab_exit = false;
+    bool confirmed = false;  // this step declined an exit onto a confirm token
     bool recording = false;  // this step records (the vocab head's logits are part of the record)
 
     // The draft-vocabulary head costs ~1/12 of the lm_head: only graphs that use it have it.
@@ -257,6 +262,14 @@ llama_token choose_candidate(specee_ee * x, const float * l) {
     return x->cand[d(x->rng)];
 }
 
+bool needs_confirm(specee_ee * x, llama_token t) {
+    if (t >= 0 && (size_t) t < x->confirm.size() && x->confirm[t] != 0) {
+        x->confirmed = true;
+        return true;
+    }
+    return false;
+}
+
 bool eval_callback(ggml_tensor * t, bool ask, void * /*user_data*/) {
     specee_ee * x = t_active;
     if (x == nullptr || x->graph == nullptr) {
@@ -289,8 +302,8 @@ bool eval_callback(ggml_tensor * t, bool ask, void * /*user_data*/) {
         for (int i = 0; i < SPECEE_EE_N_VOCAB_FEATURES; ++i) {
             z += x->vocab_w[i] * f[i];
         }
-        if (z <= x->vocab_thr) {
-            return true;  // not sure: the full lm_head decides
+        if (z <= x->vocab_thr || needs_confirm(x, x->dv_ids[best])) {
+            return true;  // not sure, or an ending: the full lm_head decides
         }
         x->exit_layer = x->n_layer - 1;
         x->vocab_exit = true;
@@ -309,8 +322,12 @@ bool eval_callback(ggml_tensor * t, bool ask, void * /*user_data*/) {
     if (!predict_exit(x, role, x->l_cur.data(), lp)) {
         return true;
     }
+    const llama_token tok = choose_candidate(x, x->l_cur.data());
+    if (needs_confirm(x, tok)) {
+        return true;
+    }
     x->exit_layer = role;
-    x->exit_token = choose_candidate(x, x->l_cur.data());
+    x->exit_token = tok;
     x->h_exit.resize(x->n_embd);
     ggml_backend_tensor_get(b.h_out[role], x->h_exit.data(), 0, sizeof(float) * x->n_embd);
     if (role + 1 < x->n_layer && x->fill) {
@@ -358,6 +375,21 @@ void set_candidates(specee_ee * x, const float * dl, int32_t n_vocab) {
     x->cand_draft_lp.resize(x->n_cand);
     for (int i = 0; i < x->n_cand; ++i) {
         x->cand_draft_lp[i] = dl[x->cand[i]] - lse;
+    }
+}
+
+void set_confirm_tokens(specee_ee * x, const llama_token * tokens, int32_t n) {
+    const llama_vocab * vocab = llama_model_get_vocab(x->model);
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+    x->confirm.assign(n_vocab, 0);
+    for (llama_token t = 0; t < n_vocab; ++t) {
+        x->confirm[t] = llama_vocab_is_eog(vocab, t) ? 1 : 0;
+    }
+    x->stop_tokens.assign(tokens, tokens + std::max(n, 0));
+    for (const llama_token t : x->stop_tokens) {
+        if (t >= 0 && t < n_vocab) {
+            x->confirm[t] = 1;
+        }
     }
 }
 
@@ -498,12 +530,7 @@ specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {
     }
     x->cand.assign(n_cand, 0);
     x->cand_draft_lp.assign(n_cand, 0.0f);
-    // The eval callback is where exits are decided; cparams is applied at each graph build.
-    auto & cp = const_cast<llama_cparams &>(x->tgt->get_cparams());
-    x->prev_cb = cp.cb_eval;
-    x->prev_cb_data = cp.cb_eval_user_data;
-    cp.cb_eval = eval_callback;
-    cp.cb_eval_user_data = nullptr;
+    set_confirm_tokens(x, nullptr, 0);
     return x;
 }
 
@@ -511,9 +538,6 @@ void specee_ee_free(specee_ee * x) {
     if (x == nullptr) {
         return;
     }
-    auto & cp = const_cast<llama_cparams &>(x->tgt->get_cparams());
-    cp.cb_eval = x->prev_cb;
-    cp.cb_eval_user_data = x->prev_cb_data;
     if (x->dv_buf) {
         ggml_backend_buffer_free(x->dv_buf);
     }
@@ -576,6 +600,10 @@ int32_t specee_ee_set_vocab_predictor(specee_ee * x, const float * w, float b, f
     return 0;
 }
 
+void specee_ee_set_stop_tokens(specee_ee * x, const llama_token * tokens, int32_t n_tokens) {
+    set_confirm_tokens(x, tokens, n_tokens);
+}
+
 void specee_ee_set_fill(specee_ee * x, bool fill) {
     x->fill = fill;
 }
@@ -599,9 +627,21 @@ bool decode_target(specee_ee * x) {
     set_rows(b.b, 1, e->n_past, true);
     x->exit_layer = -1;
     x->vocab_exit = false;
+    x->confirmed = false;
+    // The eval callback splits the graph at every node it wants (a sync each, and no CUDA graph):
+    // it is installed for early-exit steps only, never for prefill, drafting or other modes. It
+    // takes effect when the graph is built, and an exit graph is reused only by exit steps
+    // (specee_exit_input::can_reuse), so every decode runs with the callback it was built with.
+    auto & cp = const_cast<llama_cparams &>(x->tgt->get_cparams());
+    const auto prev_cb = cp.cb_eval;
+    void * const prev_cb_data = cp.cb_eval_user_data;
+    cp.cb_eval = eval_callback;
+    cp.cb_eval_user_data = nullptr;
     t_active = x;
     const int32_t rc = llama_decode(x->tgt, b.b);
     t_active = nullptr;
+    cp.cb_eval = prev_cb;
+    cp.cb_eval_user_data = prev_cb_data;
     if (rc != 0) {
         specee_error_msg = "target decode failed (early-exit step)";
         return false;
@@ -621,8 +661,9 @@ int32_t replay_exit(specee_ee * x, llama_token * token) {
         if (il > 0) {
             ggml_backend_tensor_get(b.logits[il - 1], lp.data(), 0, sizeof(float) * x->n_cand);
         }
-        if (predict_exit(x, il, l.data(), il > 0 ? lp.data() : nullptr)) {
-            *token = x->cand[std::max_element(l.begin(), l.end()) - l.begin()];
+        const llama_token tok = x->cand[std::max_element(l.begin(), l.end()) - l.begin()];
+        if (predict_exit(x, il, l.data(), il > 0 ? lp.data() : nullptr) && !needs_confirm(x, tok)) {
+            *token = tok;
             return il;
         }
     }
@@ -636,7 +677,7 @@ int32_t replay_exit(specee_ee * x, llama_token * token) {
         for (int i = 0; i < SPECEE_EE_N_VOCAB_FEATURES; ++i) {
             z += x->vocab_w[i] * f[i];
         }
-        if (z > x->vocab_thr) {
+        if (z > x->vocab_thr && !needs_confirm(x, x->dv_ids[best])) {
             *token = x->dv_ids[best];
             return x->n_layer - 1;
         }
@@ -730,6 +771,7 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
     s.n_exits += x->exit_layer >= 0 ? 1 : 0;
     s.n_vocab_exits += x->vocab_exit ? 1 : 0;
     s.n_cand_hits += hit ? 1 : 0;
+    s.n_confirmed += x->confirmed ? 1 : 0;
     s.n_layers_run += x->exit_layer >= 0 ? x->exit_layer + 1 : x->n_layer;  // a vocab exit ran all
     s.exit_hist[x->exit_layer >= 0 ? x->exit_layer : x->n_layer] += 1;
     s.t_target_ms += t1 - t0;

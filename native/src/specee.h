@@ -75,6 +75,7 @@ struct specee_ee_stats {
     int32_t n_shadow_correct;   // of those, exits whose token equals the full-depth token
     int32_t exit_hist[SPECEE_EE_MAX_LAYERS + 1];  // steps ending after layer L; [n_layer] = full depth
     double  t_draft_ms, t_target_ms, t_other_ms;
+    int32_t n_confirmed;        // steps whose exit onto an end-of-generation or stop token was declined
 };
 
 // Bind early exit to an EAGLE pair: the head's top n_cand tokens are the candidates (an exit may
@@ -103,6 +104,11 @@ LLAMA_API void specee_ee_configure(struct specee_ee * x, bool exits, int32_t for
 // The predictor features (SPECEE_EE_N_FEATURES floats) for candidate logits l at a layer, lp at
 // the layer before (NULL at layer 0) and the head's log-probabilities of the candidates.
 LLAMA_API void specee_exit_features(const float * l, const float * lp, const float * draft_lp, int32_t n_cand, float * out);
+
+// End-of-generation tokens are never emitted by an exit (the full lm_head decides, so an answer
+// never ends early on a premature exit); these tokens (the request's stop strings) are treated
+// alike. Replaces the previous set; n_tokens 0 leaves end-of-generation tokens only.
+LLAMA_API void specee_ee_set_stop_tokens(struct specee_ee * x, const llama_token * tokens, int32_t n_tokens);
 
 // fill = false leaves the skipped layers' K/V unwritten at an exit (SpecEE's original policy;
 // only for measuring what the fill is worth). Default true.
