@@ -53,6 +53,8 @@ class ModeReport:
             "mode": self.mode,
             "build_key": self.native.get("build_key", "upstream"),
             "placement": f"{pl.n_gpu_layers} GPU layers ({pl.layout}), {self.loaded.n_threads} threads",
+            # where the layers ran: exit precision is measured per backend (predictors are trained on CPU numerics)
+            "backend": "cpu" if pl.n_gpu_layers == 0 else "gpu" if not 0 <= pl.n_gpu_layers < self.loaded.n_layer else "split",
             "plan": self.loaded.plan,
             "prompts": len(self.samples),
             "tokens_generated": sum(s.n_generated for s in self.samples),
@@ -130,6 +132,7 @@ def _specee_summary(samples: list[Sample]) -> dict:
         "target_ms_per_step": round(total("target_ms_per_step") / steps, 3),
         "draft_ms_per_step": round(total("draft_ms_per_step") / steps, 3),
         "exit_hist": hist,
+        "confirmed_endings": sum(a.get("confirmed_endings", 0) for a in acc),
     }
     shadow_exits = sum(a.get("shadow_exits", 0) for a in acc)
     if shadow_exits:
@@ -273,7 +276,7 @@ def print_report(report: dict) -> None:
             print(f"  output differs from vanilla on: {', '.join(m['mismatched_prompts'])}")
 
 
-def _print_specee(m: dict) -> None:
+def _print_specee(m: dict) -> None:  # m: one mode's summary
     print(f"  exits {m['exit_rate']:.1%} of steps, mean layers {m['mean_layers']:.1f}/{m['n_layer']},"
           f" candidate hit {m['cand_hit_rate']:.1%}")  # fmt: skip
     print(f"  per step: target {m['target_ms_per_step']:.2f} ms, draft {m['draft_ms_per_step']:.2f} ms")
@@ -284,7 +287,9 @@ def _print_specee(m: dict) -> None:
         print(f"  exits by layer: {exits} (last layer: {vocab} by the draft-vocabulary head); full lm_head: {hist[-1]}")
     if "exit_precision" in m:
         n = m["exit_precision_checked_exits"]
-        print(f"  exit precision {m['exit_precision']:.2%} over {n} exits checked at full depth")
+        print(f"  exit precision {m['exit_precision']:.2%} over {n} exits checked at full depth ({m['backend']} backend)")
+    if m.get("confirmed_endings"):
+        print(f"  exits declined onto an end-of-generation or stop token: {m['confirmed_endings']}")
 
 
 def write_report(report: dict, path: str | Path) -> None:

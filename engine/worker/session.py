@@ -20,7 +20,7 @@ from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.exit_predictors import load_predictors
-from engine.models.gguf_file import inspect_gguf
+from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.paths import cache_dir
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import Decoder, EagleDecoder, SpecEEDecoder, VanillaDecoder
@@ -325,7 +325,7 @@ def resolve_placement(load: p.Load) -> tuple[p.Placement, str]:
     try:
         placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads)
         return placement, plan.explanation
-    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+    except (ModelFileError, OSError, RuntimeError, ValueError, KeyError) as exc:
         cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout="last")
         return cpu, f"no placement plan ({exc}); all layers on the CPU"
 
