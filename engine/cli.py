@@ -114,6 +114,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "default":
         print(resolve_model(None))
         return 0
+    if args.action == "fetch":
+        return _fetch_reference(args.path)
     if args.action == "add":
         path = Path(args.path).expanduser().resolve()
         info = inspect_gguf(path)
@@ -129,6 +131,32 @@ def cmd_models(args: argparse.Namespace) -> int:
     for m in records:
         state = "ok" if m.exists else "MISSING"
         print(f"{m.id:<40} {m.size / 1e6:>8.1f} MB  {state:<8} {m.path}")
+    return 0
+
+
+def _fetch_reference(model_id: str | None) -> int:
+    from tqdm import tqdm
+
+    from engine.models.reference import REFERENCE_MODELS, ReferenceModelError, fetch_reference_model
+
+    if model_id not in REFERENCE_MODELS:
+        print(f"specee models fetch: give one of {', '.join(REFERENCE_MODELS)}", file=sys.stderr)
+        return 2
+    bars: dict[str, tqdm] = {}
+
+    def progress(what: str, done: int, total: int) -> None:
+        bar = bars.get(what) or bars.setdefault(what, tqdm(total=total, desc=what, unit="part", file=sys.stderr))
+        bar.update(done - bar.n)
+
+    try:
+        path = fetch_reference_model(model_id, progress)
+    except ReferenceModelError as exc:
+        print(f"specee models fetch: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for bar in bars.values():
+            bar.close()
+    print(path)
     return 0
 
 
@@ -304,9 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write the full report here")
     bench.set_defaults(func=cmd_bench)
 
-    models = sub.add_parser("models", help="list, add or remove local models")
-    models.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove", "default"])
-    models.add_argument("path", nargs="?", help="GGUF path (add) or model id (remove)")
+    models = sub.add_parser("models", help="list, add or remove local models; fetch the reference models")
+    models.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove", "default", "fetch"])
+    models.add_argument("path", nargs="?", help="GGUF path (add), model id (remove) or reference model (fetch)")
     models.set_defaults(func=cmd_models)
 
     train = sub.add_parser("train", help="train acceleration weights for a model (needs the `train` extra)")

