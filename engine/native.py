@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 6
+EXPECTED_API_VERSION = 7
 
 
 class NativeBuildError(RuntimeError):
@@ -68,6 +68,7 @@ def lib() -> ctypes.CDLL:
         "specee_eagle_n_past": ([vp], i32),
         "specee_eagle_reset_stats": ([vp], None),
         "specee_ee_init": ([vp, i32], vp),
+        "specee_exit_arch_supported": ([vp], ctypes.c_bool),
         "specee_ee_free": ([vp], None),
         "specee_ee_set_predictor": ([vp, i32, i32, f32p, f32p, f32p, ctypes.c_float, ctypes.c_float], i32),
         "specee_ee_clear_predictors": ([vp], None),

@@ -19,6 +19,9 @@ from engine.models.registry import ModelRegistry
 from engine.paths import RESOURCES_DIR, cache_dir, data_dir
 
 TARGET_SHA_KEY = "specee.target_sha256"
+# Architectures whose llama.cpp graph builders carry our hooks (layer capture for EAGLE heads, exit
+# checks and K/V fill for SpecEE: patches 0002, 0005); any other model runs vanilla.
+ACCELERATED_ARCHS = ("llama", "qwen2", "qwen3")
 
 
 class AccelerationError(Exception):

@@ -14,7 +14,7 @@ import torch
 
 from engine.atomic import write_text_atomic
 from engine.bench.prompts import DEV_PROMPTS, load_prompts
-from engine.models.acceleration import model_sha256
+from engine.models.acceleration import ACCELERATED_ARCHS, model_sha256
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR, cache_dir
 from engine.train.dataset import generate_dataset
@@ -38,8 +38,10 @@ def train_eagle(
     time_budget_s: float = 0.0,
 ) -> dict:
     info = inspect_gguf(model)
-    if info.architecture != "llama":
-        raise SystemExit(f"{model.name} is a {info.architecture!r} model; EAGLE training supports llama-architecture GGUFs")
+    if info.architecture not in ACCELERATED_ARCHS:
+        raise SystemExit(
+            f"{model.name} is a {info.architecture!r} model; acceleration training supports {', '.join(ACCELERATED_ARCHS)} GGUFs"
+        )
     sha = model_sha256(model)
     work = work or cache_dir() / "train" / sha[:16]
     t0 = time.monotonic()

@@ -18,7 +18,7 @@ from engine import protocol as p
 from engine.atomic import write_text_atomic
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
-from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, model_sha256
+from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.paths import cache_dir
@@ -112,6 +112,16 @@ class Session:
         if load.mode == "vanilla":
             return "vanilla", VanillaDecoder(self.llm)
         model_path = Path(load.model_path)
+        arch = self.info.architecture
+        if arch not in ACCELERATED_ARCHS:
+            if load.mode == "auto":
+                self.mode_reason = f"auto: acceleration is not available for {arch!r} models yet; using vanilla"
+                return "vanilla", VanillaDecoder(self.llm)
+            raise LoadError(
+                "unsupported_architecture",
+                f"{load.mode} mode is not available for {arch!r} models (supported: {', '.join(ACCELERATED_ARCHS)}); "
+                "use vanilla mode.",
+            )
         pack = find_pack(model_path)
         head = pack.eagle_head if pack else None
         exits = pack.exit_predictors if pack else None

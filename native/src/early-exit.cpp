@@ -472,6 +472,9 @@ void specee_exit_graph_end(llm_graph_context & g, specee_exit_build * b, llm_gra
         }
         k = ggml_reshape_3d(g.ctx0, k, g.n_embd_head_k, g.n_head_kv, 1);
         v = ggml_reshape_3d(g.ctx0, v, g.n_embd_head_v, g.n_head_kv, 1);
+        if (layer.attn_k_norm) {  // per-head K norm before RoPE (qwen3)
+            k = ggml_mul(g.ctx0, ggml_rms_norm(g.ctx0, k, g.norm_rms_eps), layer.attn_k_norm);
+        }
         k = ggml_rope_ext(g.ctx0, k, inp_pos, b->model->get_rope_factors(g.cparams, il), g.n_rot, g.rope_type, g.n_ctx_orig,
                           g.freq_base, g.freq_scale, g.ext_factor, g.attn_factor, g.beta_fast, g.beta_slow);
         ggml_build_forward_expand(g.gf, mctx->cpy_k(g.ctx0, k, inp_attn->get_k_idxs(), il));
@@ -483,14 +486,31 @@ void specee_exit_graph_end(llm_graph_context & g, specee_exit_build * b, llm_gra
 
 // ---- C API ----------------------------------------------------------------------------------
 
+bool specee_exit_arch_supported(const llama_model * model) {
+    // the architectures whose graph builders call the exit hooks (patches 0002 and 0005)
+    switch (model->arch) {
+        case LLM_ARCH_LLAMA:
+        case LLM_ARCH_QWEN2:
+        case LLM_ARCH_QWEN3:
+            return true;
+        default:
+            return false;
+    }
+}
+
 specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {
     if (e == nullptr) {
         specee_error_msg = "early exit needs an EAGLE head for its candidates";
         return nullptr;
     }
     const llama_model & model = e->tgt->get_model();
-    if (model.arch != LLM_ARCH_LLAMA) {
-        specee_error_msg = "early exit supports llama-architecture models only";
+    if (!specee_exit_arch_supported(&model)) {
+        specee_error_msg = std::string("early exit is not available for the ") + llm_arch_name(model.arch) +
+                           " architecture (its graph builder has no exit hooks)";
+        return nullptr;
+    }
+    if (model.output_b != nullptr) {
+        specee_error_msg = "early exit does not support models with an output bias";
         return nullptr;
     }
     if (n_cand < 2 || n_cand > 256) {

@@ -78,6 +78,10 @@ struct specee_ee_stats {
     int32_t n_confirmed;        // steps whose exit onto an end-of-generation or stop token was declined
 };
 
+// Whether early exit can run on this model: its architecture's graph builder calls our exit hooks
+// (llama, qwen2, qwen3). Other models run the other modes.
+LLAMA_API bool specee_exit_arch_supported(const struct llama_model * model);
+
 // Bind early exit to an EAGLE pair: the head's top n_cand tokens are the candidates (an exit may
 // pick any of them). NULL on error.
 LLAMA_API struct specee_ee * specee_ee_init(struct specee_eagle * e, int32_t n_cand);
