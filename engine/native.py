@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 7
+EXPECTED_API_VERSION = 8
 
 
 class NativeBuildError(RuntimeError):
@@ -82,6 +82,7 @@ def lib() -> ctypes.CDLL:
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
         "specee_set_first_layers_on_gpu": ([i32, ctypes.c_bool], None),
         "specee_devices_json": ([], ctypes.c_char_p),
+        "specee_measure_read_bandwidth": ([i32, ctypes.c_int64], ctypes.c_double),
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
     }
     for name, (args, res) in sigs.items():

@@ -186,6 +186,7 @@ class Loaded(Message):
     measured_tok_s: dict[str, float] = field(default_factory=dict)  # auto's calibration, per mode
     placement: Placement = field(default_factory=Placement)  # what was loaded (never "auto")
     plan: str = ""  # why: the planner's explanation, or the explicit override
+    predicted_tok_s: dict[str, float] = field(default_factory=dict)  # the planner's decode speed here, per mode
 
 
 @dataclass

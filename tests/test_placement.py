@@ -107,6 +107,18 @@ def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_pa
         assert loaded.placement.n_gpu_layers == want.n_gpu_layers and loaded.mode == "eagle"
 
 
+def test_this_machines_bandwidth_is_measured_natively_and_cached() -> None:
+    """Decode reads every weight once per token from every thread: the planner's CPU speed is a
+    multi-threaded native read benchmark (numpy's single-threaded sum saw half of it here)."""
+    from engine import native
+    from engine.placement.machine import measure_cpu_bandwidth
+
+    gbs = native.lib().specee_measure_read_bandwidth(2, 64 << 20)
+    assert 0.5 < gbs < 2000
+    hw = this_machine()
+    assert hw.cpu_bw_measured and hw.cpu_bw_gbs == measure_cpu_bandwidth() > 0.5
+
+
 def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_path: Path) -> None:  # type: ignore[no-untyped-def]
     from engine.cli import main
 
@@ -127,7 +139,7 @@ def test_the_planners_sizes_agree_with_llama_cpps_dry_run(model_path: Path) -> N
 
     facts = facts_from_gguf(model_path)
     small, big = measure_memory(model_path, 1024), measure_memory(model_path, 4096)
-    assert abs(small["host"]["model"] - facts.weights_bytes) / facts.weights_bytes < 0.25  # + the input embedding
+    assert abs(small["host"]["model"] - facts.weights_bytes) / facts.weights_bytes < 0.2
     kv_step = big["host"]["context"] - small["host"]["context"]
     assert abs(kv_step - facts.kv_bytes(3072, facts.n_layer)) / kv_step < 0.05
     assert 0 < big["host"]["compute"] <= COMPUTE_BUFFER

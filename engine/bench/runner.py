@@ -56,6 +56,7 @@ class ModeReport:
             # where the layers ran: exit precision is measured per backend (predictors are trained on CPU numerics)
             "backend": "cpu" if pl.n_gpu_layers == 0 else "gpu" if not 0 <= pl.n_gpu_layers < self.loaded.n_layer else "split",
             "plan": self.loaded.plan,
+            "planner_predicted_tok_s": self.loaded.predicted_tok_s.get(self.mode.partition(":")[0], 0.0),
             "prompts": len(self.samples),
             "tokens_generated": sum(s.n_generated for s in self.samples),
             "decode_tok_s_median": _median(decode),
@@ -250,6 +251,9 @@ def print_report(report: dict) -> None:
         ratio = m.get("decode_speedup_vs_vanilla_median")
         print(f"{m['mode']:<12}{m['decode_tok_s_median']:>14.1f}{m['prefill_tok_s_median']:>15.1f}{m['ttft_ms_median']:>10.1f}"
               f"{(f'{ratio:.3f}x' if ratio else '1.000x'):>12}{m.get('identical_to_vanilla', '-'):>11}")  # fmt: skip
+        if m.get("planner_predicted_tok_s"):
+            pred = m["planner_predicted_tok_s"]
+            print(f"  planner predicted {pred:.1f} tok/s (measured {m['decode_tok_s_median'] / pred:.2f}x of it)")
         if "acceptance_length_median" in m:
             print(f"  acceptance length {m['acceptance_length_median']:.2f} tok/step, accept {m['accept_rate_median']:.2f};"
                   f" per step: draft {m['draft_ms_per_step_median']:.1f} ms, verify {m['verify_ms_per_step_median']:.1f} ms,"

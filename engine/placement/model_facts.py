@@ -15,10 +15,12 @@ class ModelFacts:
     layer_bytes: list[int]  # weights of each repeating layer
     output_bytes: int  # final norm + lm_head (the tied embedding when there is no output.weight)
     kv_bytes_per_token_layer: int  # K + V of one token in one layer
+    # an untied input embedding: held in RAM (llama.cpp keeps it on the CPU), one row read per token
+    embd_bytes: int = 0
 
     @property
     def weights_bytes(self) -> int:
-        return sum(self.layer_bytes) + self.output_bytes
+        return sum(self.layer_bytes) + self.output_bytes + self.embd_bytes
 
     def kv_bytes(self, n_ctx: int, n_layers: int) -> int:
         return self.kv_bytes_per_token_layer * n_ctx * n_layers
@@ -48,9 +50,10 @@ def facts_from_gguf(path: Path) -> ModelFacts:
             output += n
         elif name == "token_embd.weight":
             embd = n
-    if "output.weight" not in info.tensor_bytes:
-        output += embd  # tied: the lm_head reads the embedding matrix
-    return ModelFacts(info.name, n_layer, layer_bytes, output, 2 * n_head_kv * head_dim * KV_BYTES)
+    tied = "output.weight" not in info.tensor_bytes
+    if tied:
+        output += embd  # the lm_head reads the embedding matrix
+    return ModelFacts(info.name, n_layer, layer_bytes, output, 2 * n_head_kv * head_dim * KV_BYTES, 0 if tied else embd)
 
 
 def synthetic(name: str, n_layer: int, params_b: float, bits: float, n_embd: int, n_head_kv: int, head_dim: int) -> ModelFacts:

@@ -44,7 +44,7 @@ class Session:
     def __init__(self, load: p.Load) -> None:
         start = time.perf_counter()
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
-        placement, self.plan = resolve_placement(load)
+        placement, self.plan, predicted = resolve_placement(load)
         self.placement = placement
         self.n_threads = placement.n_threads or physical_cores()
         if not 0 <= load.n_draft <= 16:
@@ -104,6 +104,7 @@ class Session:
             measured_tok_s=self.measured,
             placement=placement,
             plan=self.plan,
+            predicted_tok_s=predicted,
         )
 
     def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
@@ -323,21 +324,23 @@ class Session:
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
 
 
-def resolve_placement(load: p.Load) -> tuple[p.Placement, str]:
-    """The placement to load and why: the planner's for "auto" (the same for app, CLI, bench and
-    tests), else the caller's explicit override."""
+def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]:
+    """The placement to load, why, and the planner's predicted decode speed per mode: the planner's
+    placement for "auto" (the same for app, CLI, bench and tests), else the caller's override."""
     asked = load.placement
     if asked.layout != "auto":
         where = "all" if asked.n_gpu_layers < 0 else str(asked.n_gpu_layers)
-        return asked, f"explicit placement: {where} layers ({asked.layout}) on the GPU, the rest on the CPU"
+        return asked, f"explicit placement: {where} layers ({asked.layout}) on the GPU, the rest on the CPU", {}
     from engine.placement.planner import placement_for
 
     try:
         placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads)
-        return placement, plan.explanation
     except (ModelFileError, OSError, RuntimeError, ValueError, KeyError) as exc:
         cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout="last")
-        return cpu, f"no placement plan ({exc}); all layers on the CPU"
+        return cpu, f"no placement plan ({exc}); all layers on the CPU", {}
+    prefix = "cpu/" if plan.layout == "cpu" else f"{plan.layout}-layers/"
+    predicted = {key.removeprefix(prefix): tok_s for key, tok_s in plan.alternatives.items() if key.startswith(prefix)}
+    return placement, plan.explanation, predicted
 
 
 def _split_stop(pending: str, stops: list[str], hold: int) -> tuple[str, str, bool]:

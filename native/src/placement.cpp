@@ -7,9 +7,14 @@
 
 #include "../llama-ext.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 std::atomic<int> g_first{-1};
@@ -101,7 +106,13 @@ const char * specee_measure_memory(const char * model_path, int32_t n_ctx, int32
     }
     size_t host[3] = {0, 0, 0}, dev[3] = {0, 0, 0};
     for (const auto & [buft, mb] : llama_get_memory_breakdown(ctx)) {
-        size_t * t = ggml_backend_buft_is_host(buft) ? host : dev;
+        // RAM is what the CPU's own buffer types hold (the repacked weights of CPU_REPACK are not
+        // "host" buffers, yet live in RAM) plus pinned host buffers of a GPU backend
+        ggml_backend_dev_t d = ggml_backend_buft_get_device(buft);
+        const bool in_ram = ggml_backend_buft_is_host(buft) || d == nullptr ||
+                            ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_CPU ||
+                            ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_ACCEL;
+        size_t * t = in_ram ? host : dev;
         t[0] += mb.model;
         t[1] += mb.context;
         t[2] += mb.compute;
@@ -115,4 +126,49 @@ const char * specee_measure_memory(const char * model_path, int32_t n_ctx, int32
              host[0], host[1], host[2], dev[0], dev[1], dev[2]);
     g_devices = buf;
     return g_devices.c_str();
+}
+
+double specee_measure_read_bandwidth(int32_t n_threads, int64_t n_bytes) {
+    // Decode streams every weight once per token from several threads: each thread sums its own
+    // slice (first touched by that thread, so pages sit near it) with independent accumulators so
+    // the loop is bound by memory, not by an add chain. The median of five passes (single passes
+    // ranged 37-58 GB/s here on a shared host).
+    n_threads = std::max(1, n_threads);
+    const size_t n = (size_t) std::max<int64_t>(n_bytes, 1 << 20) / sizeof(uint64_t) / (size_t) n_threads / 8 * 8;
+    std::vector<std::vector<uint64_t>> slices(n_threads);
+    std::vector<uint64_t> sink(n_threads * 8, 0);
+    auto run = [&](auto && body) {
+        std::vector<std::thread> ts;
+        for (int t = 0; t < n_threads; ++t) {
+            ts.emplace_back(body, t);
+        }
+        for (auto & th : ts) {
+            th.join();
+        }
+    };
+    run([&](int t) { slices[t].assign(n, (uint64_t) t + 1); });
+    std::vector<double> gbs;
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run([&](int t) {
+            const uint64_t * p = slices[t].data();
+            uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (size_t i = 0; i < n; i += 8) {
+                for (int k = 0; k < 8; ++k) {
+                    a[k] += p[i + k];
+                }
+            }
+            for (int k = 0; k < 8; ++k) {
+                sink[t * 8 + k] += a[k];
+            }
+        });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        gbs.push_back((double) n * sizeof(uint64_t) * n_threads / s / 1e9);
+    }
+    std::sort(gbs.begin(), gbs.end());
+    volatile uint64_t keep = 0;
+    for (const uint64_t v : sink) {
+        keep = keep + v;
+    }
+    return gbs[gbs.size() / 2];
 }

@@ -138,6 +138,10 @@ LLAMA_API void specee_ee_reset_stats(struct specee_ee * x);
 // upstream's layout, where n_gpu_layers offloads the last layers. Each layer's KV follows it.
 LLAMA_API void specee_set_first_layers_on_gpu(int32_t n_first, bool output_on_gpu);
 
+// Sustained memory read bandwidth in GB/s with n_threads threads streaming n_bytes in all (the
+// planner's CPU speed; decode reads every weight once per token). The median of five passes.
+LLAMA_API double specee_measure_read_bandwidth(int32_t n_threads, int64_t n_bytes);
+
 // JSON array of ggml's backend devices: name, description, backend, type (cpu, gpu, igpu, accel),
 // memory_free, memory_total (bytes). Valid until the next call on this thread.
 LLAMA_API const char * specee_devices_json(void);
