@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int, default=-1)
     chat.add_argument("--ctx", type=int, default=4096)
     chat.add_argument("--threads", type=int, default=0)
-    chat.add_argument("--mode", default="auto", choices=["auto", "vanilla", "eagle", "specee"], help="acceleration mode")
+    chat.add_argument("--mode", default="auto", choices=list(p.MODES), help="acceleration mode")
     chat.set_defaults(func=cmd_chat)
 
     bench = sub.add_parser("bench", help="measure decode/prefill speed per acceleration mode")

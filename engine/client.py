@@ -190,8 +190,11 @@ class WorkerClient:
         exit_check_every: int = 0,
         exit_fill: bool = True,
         exits: bool = True,
+        drafter: str = "",
+        draft_model: str = "",
     ) -> p.Loaded:
-        self.send(p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill, exits))
+        placement = placement or p.Placement()
+        self.send(p.Load(str(model_path), placement, mode, n_draft, exit_check_every, exit_fill, exits, drafter, draft_model))
         loaded = self.wait_for(p.Loaded, timeout=timeout)
         assert isinstance(loaded, p.Loaded)
         return loaded

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
@@ -84,6 +85,46 @@ def lib() -> ctypes.CDLL:
         "specee_devices_json": ([], ctypes.c_char_p),
         "specee_measure_read_bandwidth": ([i32, ctypes.c_int64], ctypes.c_double),
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
+    }
+    for name, (args, res) in sigs.items():
+        fn = getattr(handle, name)
+        fn.argtypes, fn.restype = args, res
+    return handle
+
+
+class SpecStats(ctypes.Structure):
+    """specee_spec_stats (native/src/specee.h)."""
+
+    _fields_ = [
+        ("n_steps", ctypes.c_int32),
+        ("n_drafted", ctypes.c_int32),
+        ("n_accepted", ctypes.c_int32),
+        ("n_emitted", ctypes.c_int32),
+        ("t_draft_ms", ctypes.c_double),
+        ("t_verify_ms", ctypes.c_double),
+    ]
+
+
+@cache
+def spec_lib() -> ctypes.CDLL:
+    """libspecee-spec: llama.cpp's training-free drafters behind our C API (patch 0006)."""
+    require_patched()
+    import llama_cpp
+
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    found = sorted(folder.glob("libspecee-spec.*")) + sorted(folder.glob("specee-spec.dll"))
+    if not found:
+        raise NativeBuildError(f"the drafters library is missing from {folder}; rebuild with native/build.py")
+    handle = ctypes.CDLL(str(found[0]))
+    vp, i32 = ctypes.c_void_p, ctypes.c_int32
+    sigs = {
+        "specee_spec_init": ([vp, ctypes.c_char_p, vp, i32, i32], vp),
+        "specee_spec_free": ([vp], None),
+        "specee_spec_last_error": ([], ctypes.c_char_p),
+        "specee_spec_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
+        "specee_spec_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(SpecStats)], i32),
+        "specee_spec_n_past": ([vp], i32),
+        "specee_spec_reset_stats": ([vp], None),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(handle, name)

@@ -65,6 +65,8 @@ class Sampling:
         check(len(self.stop) <= 16, "at most 16 stop strings")
 
 
+# auto: measured per machine; eagle, specee: trained weights for the model; ngram, draft: training-free
+MODES = ("auto", "vanilla", "eagle", "specee", "ngram", "draft")
 LAYOUTS = ("auto", "last", "first")
 
 
@@ -127,6 +129,8 @@ class Load(Message):
     exit_check_every: int = 0
     exit_fill: bool = True  # specee: write skipped layers' K/V at an exit (False only to measure its worth)
     exits: bool = True  # specee: False runs every step at full depth through the exit graph (measures its overhead)
+    drafter: str = ""  # ngram: llama.cpp's drafter type ("" = ngram-simple, prompt lookup)
+    draft_model: str = ""  # draft: the draft model's path ("" = the registered model with the same tokenizer)
 
 
 @dataclass

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from engine.atomic import write_text_atomic
 from engine.paths import data_dir
-
-MODES = ("auto", "specee", "eagle", "vanilla")
+from engine.protocol import MODES
 
 
 @dataclass

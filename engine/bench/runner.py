@@ -174,13 +174,15 @@ def run_bench(
             # full depth on every step to measure exit precision (same text, slower);
             # "specee:nofill" = skipped layers' K/V left unwritten (what the fill is worth);
             # "specee:noexit" = every step at full depth through the exit graph (its overhead)
+            # "ngram:ngram-mod" = another of llama.cpp's n-gram drafters; "draft:4" = a 4-token draft chain
             worker_mode, _, opt = ("vanilla" if mode == UPSTREAM else mode).partition(":")
-            n_draft = int(opt) if worker_mode == "eagle" and opt else 0
+            n_draft = int(opt) if worker_mode in ("eagle", "draft") and opt else 0
             specee_opt = opt if worker_mode == "specee" else ""
+            drafter = opt if worker_mode == "ngram" else ""
             placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers or 0, layout=layout)
             loaded = client.load(
                 model_path, placement, mode=worker_mode, n_draft=n_draft, exit_check_every=int(specee_opt == "check"),
-                exit_fill=specee_opt != "nofill", exits=specee_opt != "noexit",
+                exit_fill=specee_opt != "nofill", exits=specee_opt != "noexit", drafter=drafter,
             )  # fmt: skip
             clients[mode], reports[mode] = client, ModeReport(mode, ready.native, loaded=loaded)
             if mode.startswith(("eagle", "specee")):
@@ -255,9 +257,10 @@ def print_report(report: dict) -> None:
             pred = m["planner_predicted_tok_s"]
             print(f"  planner predicted {pred:.1f} tok/s (measured {m['decode_tok_s_median'] / pred:.2f}x of it)")
         if "acceptance_length_median" in m:
+            feed = f", feed {m['feed_ms_per_step_median']:.1f} ms" if "feed_ms_per_step_median" in m else ""
             print(f"  acceptance length {m['acceptance_length_median']:.2f} tok/step, accept {m['accept_rate_median']:.2f};"
-                  f" per step: draft {m['draft_ms_per_step_median']:.1f} ms, verify {m['verify_ms_per_step_median']:.1f} ms,"
-                  f" feed {m['feed_ms_per_step_median']:.1f} ms")  # fmt: skip
+                  f" per step: draft {m['draft_ms_per_step_median']:.1f} ms,"
+                  f" verify {m['verify_ms_per_step_median']:.1f} ms{feed}")  # fmt: skip
         if "early_endings" in m:
             n = m["prompts"]
             print(f"  fidelity: {m['early_endings']}/{n} early endings, divergences at ties (vanilla top-2 gap < {m['tie_gap']}):"

@@ -7,6 +7,7 @@ tokenizer array (5 s for a 49k vocabulary); the type sizes come from the gguf pa
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _STRING, _ARRAY = 8, 9
 # Arrays we keep in full; others are skipped (tokenizer vocabularies are large).
 _KEEP_ARRAYS = {"general.languages", "general.tags"}
+_TOKENIZER_KEYS = {"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.merges"}
 # Lengths beyond this mean a corrupt header, not a big model (a short read means truncation).
 _MAX_LEN = 1 << 31
 
@@ -45,6 +47,9 @@ class GGUFInfo:
     file_size: int
     tensor_types: dict[str, int] = field(default_factory=dict)
     tensor_bytes: dict[str, int] = field(default_factory=dict)
+    # sha256 of the tokenizer's model, vocabulary and merges as stored: equal means a draft model
+    # proposes token ids the target reads the same way
+    tokenizer_sha256: str = ""
 
     @property
     def architecture(self) -> str:
@@ -131,10 +136,14 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
                 raise ModelFileError("unsupported", f"{path.name} uses GGUF version {version}; versions 2 and 3 are supported.")
             tensor_count, kv_count = r.unpack("Q"), r.unpack("Q")
             metadata: dict[str, Any] = {}
+            tokenizer_spans = []
             for _ in range(kv_count):
                 key = r.string()
                 vtype = r.unpack("I")
+                start = fh.tell()
                 metadata[key] = r.value(vtype, keep=vtype != _ARRAY or key in _KEEP_ARRAYS)
+                if key in _TOKENIZER_KEYS:
+                    tokenizer_spans.append((key, start, fh.tell()))
             alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
             data_end_rel, types, sizes = 0, {}, {}
             for _ in range(tensor_count):
@@ -146,6 +155,10 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
                 data_end_rel = max(data_end_rel, offset + sizes[name])
                 types[name] = ttype
             header_end = fh.tell()
+            tok_hash = hashlib.sha256()
+            for key, start, end in sorted(tokenizer_spans):
+                fh.seek(start)
+                tok_hash.update(key.encode() + b"\0" + r.take(end - start))
     except EOFError:
         raise ModelFileError(
             "truncated", f"{path.name} is truncated inside its header ({size} bytes). Download it again."
@@ -162,7 +175,8 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
             f"{path.name} is truncated: {size / 1e6:.1f} MB present of {data_end / 1e6:.1f} MB needed. "
             "The download was probably interrupted; download it again.",
         )
-    return GGUFInfo(path, version, metadata, tensor_count, data_offset, data_end, size, types, sizes)
+    tokenizer = tok_hash.hexdigest() if tokenizer_spans else ""
+    return GGUFInfo(path, version, metadata, tensor_count, data_offset, data_end, size, types, sizes, tokenizer)
 
 
 def _tensor_bytes(name: str, ttype: int, dims: list[int]) -> int:

@@ -108,28 +108,44 @@ class EagleDecoder:
     def cached_prefix(self, tokens: list[int]) -> int:
         return common_prefix(self._kv, tokens)
 
+    # the native draft-and-verify loop this decoder drives (SpecDecoder: llama.cpp's drafters)
+    def _reset(self) -> None:
+        self.lib.specee_eagle_reset_stats(self._eagle)
+        self._stats = native.EagleStats()
+
+    def _prefill(self, arr: Any, n: int, n_keep: int, smpl: Any) -> int:
+        return self.lib.specee_eagle_prefill(self._eagle, arr, n, n_keep, smpl)
+
+    def _step(self, smpl: Any) -> int:
+        return self.lib.specee_eagle_step(self._eagle, smpl, self._out, self.n_draft + 1, ctypes.byref(self._stats))
+
+    def _n_past(self) -> int:
+        return self.lib.specee_eagle_n_past(self._eagle)
+
+    def _error(self) -> str:
+        return self.lib.specee_last_error().decode()
+
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
         smpl = _sampler(self.llm, s)
         n_keep = self.cached_prefix(tokens)
-        self.lib.specee_eagle_reset_stats(self._eagle)
-        self._stats = native.EagleStats()
+        self._reset()
         arr = (ctypes.c_int32 * len(tokens))(*tokens)
         self._kv = []  # unknown until the prefill succeeds
-        first = self.lib.specee_eagle_prefill(self._eagle, arr, len(tokens), n_keep, smpl.sampler)
+        first = self._prefill(arr, len(tokens), n_keep, smpl.sampler)
         if first < 0:
-            raise RuntimeError(self.lib.specee_last_error().decode())
+            raise RuntimeError(self._error())
         emitted = [first]
         self._kv = list(tokens)
         yield first
         while True:
-            n = self.lib.specee_eagle_step(self._eagle, smpl.sampler, self._out, self.n_draft + 1, ctypes.byref(self._stats))
+            n = self._step(smpl.sampler)
             if n < 0:
-                raise RuntimeError(self.lib.specee_last_error().decode())
+                raise RuntimeError(self._error())
             if n == 0:
                 return  # context full
             new = list(self._out[:n])
             emitted += new
-            self._kv = (tokens + emitted)[: self.lib.specee_eagle_n_past(self._eagle)]
+            self._kv = (tokens + emitted)[: self._n_past()]
             yield from new
 
     def kv_used(self) -> int:
@@ -157,6 +173,69 @@ class EagleDecoder:
     def close(self) -> None:
         if self._eagle:
             self.lib.specee_eagle_free(self._eagle)
+            self._eagle = None
+        if self._draft_model:
+            llama_cpp.llama_model_free(self._draft_model)
+            self._draft_model = None
+
+
+class SpecDecoder(EagleDecoder):
+    """Training-free speculative decoding (native/src/spec/drafters.cpp): llama.cpp's n-gram
+    drafters or a draft model with the target's tokenizer propose, the target verifies."""
+
+    def __init__(
+        self, llm: Llama, drafter: str, n_draft: int, n_threads: int, draft_model: Path | None = None, head_on_gpu: bool = False
+    ) -> None:
+        self.llm = llm
+        self.lib = native.spec_lib()
+        self.n_draft = n_draft
+        self._draft_model = None
+        if draft_model is not None:
+            params = llama_cpp.llama_model_default_params()
+            params.n_gpu_layers = 999 if head_on_gpu else 0  # with the target's last layer, like an EAGLE head
+            self._draft_model = llama_cpp.llama_model_load_from_file(str(draft_model).encode(), params)
+            if not self._draft_model:
+                raise RuntimeError(f"llama.cpp could not load the draft model {draft_model.name}")
+        self._eagle = self.lib.specee_spec_init(llm._ctx.ctx, drafter.encode(), self._draft_model, n_draft, n_threads)
+        if not self._eagle:
+            msg = self.lib.specee_spec_last_error().decode()
+            self.close()
+            raise RuntimeError(msg)
+        self._kv = []
+        self._stats = native.SpecStats()
+        self._out = (ctypes.c_int32 * (n_draft + 1))()
+
+    def _reset(self) -> None:
+        self.lib.specee_spec_reset_stats(self._eagle)
+        self._stats = native.SpecStats()
+
+    def _prefill(self, arr: Any, n: int, n_keep: int, smpl: Any) -> int:
+        return self.lib.specee_spec_prefill(self._eagle, arr, n, n_keep, smpl)
+
+    def _step(self, smpl: Any) -> int:
+        return self.lib.specee_spec_step(self._eagle, smpl, self._out, self.n_draft + 1, ctypes.byref(self._stats))
+
+    def _n_past(self) -> int:
+        return self.lib.specee_spec_n_past(self._eagle)
+
+    def _error(self) -> str:
+        return self.lib.specee_spec_last_error().decode()
+
+    def accel_stats(self) -> dict[str, float]:
+        st = self._stats
+        steps = max(st.n_steps, 1)
+        return {
+            "acceptance_length": st.n_emitted / steps,
+            "drafted": st.n_drafted,
+            "accepted": st.n_accepted,
+            "accept_rate": st.n_accepted / max(st.n_drafted, 1),
+            "draft_ms_per_step": st.t_draft_ms / steps,
+            "verify_ms_per_step": st.t_verify_ms / steps,
+        }
+
+    def close(self) -> None:
+        if self._eagle:
+            self.lib.specee_spec_free(self._eagle)
             self._eagle = None
         if self._draft_model:
             llama_cpp.llama_model_free(self._draft_model)

@@ -19,17 +19,19 @@ from engine.atomic import write_text_atomic
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationError, check_eagle_head, find_pack, model_sha256
+from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.paths import cache_dir
 from engine.worker.chat_prompt import ChatPrompt
-from engine.worker.decoders import Decoder, EagleDecoder, SpecEEDecoder, VanillaDecoder
+from engine.worker.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
 CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
 CALIBRATION_TOKENS = 48
-MODES = ("auto", "vanilla", "eagle", "specee")
+# Default draft lengths: an n-gram match is usually a copy that runs on; a draft model's guesses fade
+TRAINING_FREE_DRAFT = {"ngram": 6, "draft": 3}
 
 
 class LoadError(Exception):
@@ -53,8 +55,8 @@ class Session:
             raise LoadError(
                 "bad_settings", f"exit_check_every must be 0 (off) or a positive step count, got {load.exit_check_every}"
             )
-        if load.mode not in MODES:
-            raise LoadError("bad_settings", f"unknown acceleration mode {load.mode!r}; choose one of {', '.join(MODES)}")
+        if load.mode not in p.MODES:
+            raise LoadError("bad_settings", f"unknown acceleration mode {load.mode!r}; choose one of {', '.join(p.MODES)}")
         lib = None
         if placement.layout == "first":
             from engine import native
@@ -113,6 +115,8 @@ class Session:
         if load.mode == "vanilla":
             return "vanilla", VanillaDecoder(self.llm)
         model_path = Path(load.model_path)
+        if load.mode in ("ngram", "draft"):  # training-free: any architecture, no weights of ours
+            return load.mode, self._training_free_decoder(load, model_path)
         arch = self.info.architecture
         if arch not in ACCELERATED_ARCHS:
             if load.mode == "auto":
@@ -154,6 +158,34 @@ class Session:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:
             raise LoadError("bad_head", f"the EAGLE head {head.name} could not be used: {exc}") from exc
+
+    def _training_free_decoder(self, load: p.Load, model_path: Path) -> SpecDecoder:
+        draft: Path | None = None
+        if load.mode == "ngram":
+            drafter = load.drafter or "ngram-simple"
+            self.mode_reason = f"ngram: llama.cpp's {drafter} drafter proposes continuations found in the context"
+        else:
+            drafter = "draft-simple"
+            draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path)
+            if draft is None:
+                raise LoadError(
+                    "no_draft_model",
+                    f"No installed model shares {model_path.name}'s tokenizer and is small enough to draft for it. "
+                    "Add a smaller model of the same family (for Qwen2.5-Coder-1.5B: `specee models fetch qwen2.5-coder-0.5b`), "
+                    "or use ngram mode.",
+                )
+            try:
+                if not same_tokenizer(draft, model_path):
+                    why = f"{draft.name} has another tokenizer than {model_path.name}; it cannot draft for it."
+                    raise LoadError("bad_draft_model", why)
+            except ModelFileError as exc:
+                raise LoadError("bad_draft_model", f"the draft model cannot be used: {exc}") from exc
+            self.mode_reason = f"draft: {draft.name} (same tokenizer) drafts, {model_path.name} verifies"
+        n_draft = load.n_draft or TRAINING_FREE_DRAFT[load.mode]
+        try:
+            return SpecDecoder(self.llm, drafter, n_draft, self.n_threads, draft, self._head_on_gpu())
+        except RuntimeError as exc:
+            raise LoadError("bad_draft", f"{load.mode} mode could not start: {exc}") from exc
 
     def _head_on_gpu(self) -> bool:
         """The EAGLE head sits with the layers that feed it: on the GPU only when the target's last

@@ -131,6 +131,36 @@ LLAMA_API int32_t specee_ee_step(struct specee_ee * x, struct llama_sampler * sm
                                  llama_token * cands, struct specee_ee_stats * stats);
 LLAMA_API void specee_ee_reset_stats(struct specee_ee * x);
 
+// ---- Training-free drafters (spec/drafters.cpp, in libspecee-spec) ---------------------------
+// llama.cpp's own drafters from common/speculative ("ngram-simple", "ngram-map-k", "ngram-map-k4v",
+// "ngram-mod", "draft-simple" with a draft model sharing the target's tokenizer); verification as
+// in EAGLE: every token is sampled from the target's logits. A separate library because llama.cpp's
+// common library links libllama.
+
+struct specee_spec;
+
+struct specee_spec_stats {
+    int32_t n_steps;     // verify batches run
+    int32_t n_drafted;   // draft tokens proposed
+    int32_t n_accepted;  // draft tokens the target confirmed
+    int32_t n_emitted;   // tokens produced by steps
+    double  t_draft_ms, t_verify_ms;
+};
+
+// type: a llama.cpp drafter name; draft_model: only (and required) for "draft-simple", which gets
+// a context of its own. NULL on error (specee_spec_last_error).
+LLAMA_API struct specee_spec * specee_spec_init(struct llama_context * ctx_tgt, const char * type, struct llama_model * draft_model,
+                                                int32_t n_draft, int32_t n_threads);
+LLAMA_API void specee_spec_free(struct specee_spec * s);
+LLAMA_API const char * specee_spec_last_error(void);
+// As specee_eagle_prefill / specee_eagle_step / specee_eagle_n_past.
+LLAMA_API llama_token specee_spec_prefill(struct specee_spec * s, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
+                                          struct llama_sampler * smpl);
+LLAMA_API int32_t specee_spec_step(struct specee_spec * s, struct llama_sampler * smpl, llama_token * out, int32_t max_out,
+                                   struct specee_spec_stats * stats);
+LLAMA_API int32_t specee_spec_n_past(const struct specee_spec * s);
+LLAMA_API void    specee_spec_reset_stats(struct specee_spec * s);
+
 // ---- Placement (placement.cpp) --------------------------------------------------------------
 
 // For models loaded after this call: n_first >= 0 puts layers [0, n_first) (and the output head

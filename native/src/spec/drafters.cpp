@@ -1,0 +1,231 @@
+// Training-free speculative decoding on llama.cpp's own drafters (common/speculative: the n-gram
+// lookups and draft-simple, a smaller model with the target's tokenizer). Drafting is theirs; the
+// verification is ours, as in eagle.cpp: every emitted token is sampled from the target's logits,
+// so greedy output equals vanilla and sampling keeps the target's distribution.
+// Built into libspecee-spec (patch 0006), not libllama: llama.cpp's common library links libllama.
+#include "specee.h"
+
+#include "common.h"
+#include "speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+thread_local std::string g_error;
+
+double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct specee_spec {
+    llama_context * tgt = nullptr;
+    llama_context * dft = nullptr;  // owned: the draft model's context (draft-simple)
+    common_params_speculative params;
+    common_speculative * spec = nullptr;
+    int32_t n_draft = 3;
+    int32_t n_batch = 512;
+
+    llama_tokens prompt;  // the tokens in the target's KV cache
+    llama_token id_last = -1;  // sampled, not yet decoded by the target
+    llama_tokens draft;
+    specee_spec_stats stats{};
+};
+
+const char * specee_spec_last_error(void) {
+    return g_error.c_str();
+}
+
+specee_spec * specee_spec_init(llama_context * ctx_tgt, const char * type, llama_model * draft_model, int32_t n_draft,
+                               int32_t n_threads) {
+    const common_speculative_type t = common_speculative_type_from_name(type ? type : "");
+    if (t == COMMON_SPECULATIVE_TYPE_COUNT || t == COMMON_SPECULATIVE_TYPE_NONE) {
+        g_error = std::string("unknown drafter '") + (type ? type : "") + "'; llama.cpp has: " + common_speculative_all_types_str();
+        return nullptr;
+    }
+    const bool needs_model = t == COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE;
+    if (needs_model != (draft_model != nullptr)) {
+        g_error = needs_model ? "draft-simple needs a draft model" : "this drafter takes no draft model";
+        return nullptr;
+    }
+    if (n_draft < 1 || n_draft > 64) {
+        g_error = "the draft length must be 1..64";
+        return nullptr;
+    }
+    auto * s = new specee_spec();
+    s->tgt = ctx_tgt;
+    s->n_draft = n_draft;
+    s->n_batch = (int32_t) llama_n_batch(ctx_tgt);
+    s->params.types = {t};
+    s->params.draft.n_max = n_draft;
+    s->params.draft.ctx_tgt = ctx_tgt;
+    // prompt lookup: match the last 3 tokens anywhere in the context, propose what followed
+    s->params.ngram_simple.size_n = 3;
+    s->params.ngram_simple.size_m = (uint16_t) n_draft;
+    s->params.ngram_map_k.size_n = 3;
+    s->params.ngram_map_k.size_m = (uint16_t) n_draft;
+    s->params.ngram_map_k4v.size_n = 3;
+    s->params.ngram_map_k4v.size_m = (uint16_t) n_draft;
+    if (draft_model != nullptr) {
+        llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = llama_n_ctx(ctx_tgt);
+        cp.n_batch = (uint32_t) s->n_batch;
+        cp.n_ubatch = (uint32_t) s->n_batch;
+        cp.n_seq_max = 1;
+        cp.n_threads = n_threads;
+        cp.n_threads_batch = n_threads;
+        s->dft = llama_init_from_model(draft_model, cp);
+        if (s->dft == nullptr) {
+            g_error = "could not create the draft model's context";
+            delete s;
+            return nullptr;
+        }
+        s->params.draft.ctx_dft = s->dft;
+    }
+    try {
+        s->spec = common_speculative_init(s->params, 1);
+    } catch (const std::exception & ex) {
+        g_error = ex.what();
+    }
+    if (s->spec == nullptr) {
+        if (g_error.empty()) {
+            g_error = "llama.cpp could not set up the drafter";
+        }
+        specee_spec_free(s);
+        return nullptr;
+    }
+    return s;
+}
+
+void specee_spec_free(specee_spec * s) {
+    if (s == nullptr) {
+        return;
+    }
+    if (s->spec) {
+        common_speculative_free(s->spec);
+    }
+    if (s->dft) {
+        llama_free(s->dft);
+    }
+    delete s;
+}
+
+namespace {
+
+// Decode tokens at pos0.. on the target (outputs for every row, or the last only) and let the
+// drafter see them (draft-simple decodes them into its own context).
+bool decode(specee_spec * s, const llama_token * tokens, int32_t n, llama_pos pos0, bool all_outputs) {
+    common_batch batch(s->tgt);
+    for (int32_t i = 0; i < n; ++i) {
+        batch.add(tokens[i], pos0 + i, 0, all_outputs || i == n - 1);
+    }
+    if (llama_process(s->tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get()) != 0) {
+        g_error = "target decode failed";
+        return false;
+    }
+    if (!common_speculative_process(s->spec, batch)) {
+        g_error = "the drafter failed to process the batch";
+        return false;
+    }
+    return true;
+}
+
+void trim(specee_spec * s, llama_pos from) {
+    llama_memory_seq_rm(llama_get_memory(s->tgt), 0, from, -1);
+    if (s->dft) {
+        llama_memory_seq_rm(llama_get_memory(s->dft), 0, from, -1);
+    }
+}
+
+}  // namespace
+
+llama_token specee_spec_prefill(specee_spec * s, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
+                                llama_sampler * smpl) {
+    if (n_tokens < 1 || n_tokens >= (int32_t) llama_n_ctx(s->tgt)) {
+        g_error = "the prompt is empty or does not fit in the context";
+        return -1;
+    }
+    const int32_t start = std::max(0, std::min(n_keep, n_tokens) - 1);  // re-decode one token for its logits
+    trim(s, start);
+    for (int32_t c0 = start; c0 < n_tokens; c0 += s->n_batch) {
+        const int32_t n = std::min(s->n_batch, n_tokens - c0);
+        if (!decode(s, tokens + c0, n, c0, false)) {
+            return -1;
+        }
+    }
+    s->prompt.assign(tokens, tokens + n_tokens);
+    s->id_last = llama_sampler_sample(smpl, s->tgt, -1);
+    common_speculative_begin(s->spec, 0, s->prompt);
+    return s->id_last;
+}
+
+int32_t specee_spec_step(specee_spec * s, llama_sampler * smpl, llama_token * out, int32_t max_out, specee_spec_stats * stats) {
+    const int32_t n_past = (int32_t) s->prompt.size();
+    const int32_t room = (int32_t) llama_n_ctx(s->tgt) - n_past - 1;
+    if (room < 1 || max_out < 1) {
+        return 0;  // context full
+    }
+    const double t0 = now_ms();
+    s->draft.clear();
+    const int32_t n_max = std::min({s->n_draft, room - 1, max_out - 1});
+    if (n_max > 0) {
+        common_speculative_get_draft_params(s->spec, 0) = {true, n_max, n_past, s->id_last, &s->prompt, &s->draft};
+        common_speculative_draft(s->spec);
+        if ((int32_t) s->draft.size() > n_max) {
+            s->draft.resize(n_max);
+        }
+        // the draft model decoded its proposals past n_past: the verify batch decodes them again
+        if (s->dft) {
+            llama_memory_seq_rm(llama_get_memory(s->dft), 0, n_past, -1);
+        }
+    }
+    const double t1 = now_ms();
+    const int32_t k = (int32_t) s->draft.size();
+    llama_tokens batch_tokens = {s->id_last};
+    batch_tokens.insert(batch_tokens.end(), s->draft.begin(), s->draft.end());
+    if (!decode(s, batch_tokens.data(), k + 1, n_past, true)) {
+        return -1;
+    }
+    int32_t n_out = 0;
+    for (int32_t i = 0; i <= k; ++i) {
+        const llama_token t = llama_sampler_sample(smpl, s->tgt, i);
+        out[n_out++] = t;
+        if (i == k || t != s->draft[i]) {
+            break;
+        }
+    }
+    const int32_t n_accepted = n_out - 1;
+    common_speculative_accept(s->spec, 0, (uint16_t) n_accepted);
+    // keep id_last and the accepted drafts; the rejected rows leave both caches
+    trim(s, n_past + 1 + n_accepted);
+    s->prompt.push_back(s->id_last);
+    s->prompt.insert(s->prompt.end(), s->draft.begin(), s->draft.begin() + n_accepted);
+    s->id_last = out[n_out - 1];
+    const double t2 = now_ms();
+
+    specee_spec_stats & st = s->stats;
+    st.n_steps += 1;
+    st.n_drafted += k;
+    st.n_accepted += n_accepted;
+    st.n_emitted += n_out;
+    st.t_draft_ms += t1 - t0;
+    st.t_verify_ms += t2 - t1;
+    if (stats) {
+        *stats = st;
+    }
+    return n_out;
+}
+
+int32_t specee_spec_n_past(const specee_spec * s) {
+    return (int32_t) s->prompt.size();
+}
+
+void specee_spec_reset_stats(specee_spec * s) {
+    s->stats = specee_spec_stats{};
+}

@@ -1,0 +1,98 @@
+"""Training-free lossless modes on the real worker: `ngram` (llama.cpp's prompt-lookup drafters) and
+`draft` (a smaller model with the target's tokenizer, paired by the tokenizer's hash). Like `eagle`,
+every emitted token is the target's own, so greedy answers equal vanilla's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import protocol as p
+from engine.bench.fidelity import ended_early, first_divergence
+from engine.bench.prompts import DEV_PROMPTS, load_prompts
+from engine.client import WorkerClient, WorkerError
+from engine.models.drafts import find_draft_model
+from engine.models.registry import ModelRecord, ModelRegistry
+from tests.conftest import BACKENDS, placement_for_backend
+from tests.tiny_models import write_tiny_gguf
+
+COPY = [{"role": "user", "content": "Repeat exactly, twice: The quick brown fox jumps over the lazy dog near the river bank."}]
+
+
+@pytest.fixture(scope="module")
+def tiny_draft(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Path:
+    """A tiny random model with the default model's tokenizer: a draft that is mostly wrong, which is
+    what shows that verification keeps the target's answer."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("draft") / "tiny-draft.gguf", "llama", tied=False, tokenizer_from=model_path)
+
+
+@pytest.fixture(scope="module")
+def vanilla(model_path: Path) -> Iterator[WorkerClient]:
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=2048), mode="vanilla")
+        yield client
+
+
+def _done(client: WorkerClient, messages: list[dict[str, str]], n: int = 48, margins: bool = False) -> tuple[p.Done, dict]:
+    events = list(client.events_of(client.generate(messages, p.Sampling.greedy(n), report_margins=margins)))
+    done = events[-1]
+    assert isinstance(done, p.Done)
+    stats = [e for e in events if isinstance(e, p.Stats)]
+    return done, stats[-1].accel if stats else {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["ngram", "draft"])
+def test_greedy_output_equals_vanilla(model_path: Path, tiny_draft: Path, backend: str, mode: str) -> None:
+    placement = placement_for_backend(backend)
+    prompts = [COPY] + [[{"role": "user", "content": q.text}] for q in load_prompts(DEV_PROMPTS)[::25][:4]]
+    with WorkerClient() as vanilla, WorkerClient() as spec:
+        vanilla.load(model_path, placement, mode="vanilla")
+        loaded = spec.load(model_path, placement, mode=mode, draft_model=str(tiny_draft) if mode == "draft" else "")
+        assert loaded.mode == mode and loaded.mode_reason
+        accepted = 0
+        for messages in prompts:
+            want, _ = _done(vanilla, messages, margins=True)
+            got, accel = _done(spec, messages)
+            assert not ended_early(got.tokens, got.finish_reason, want.tokens)
+            d = first_divergence(got.tokens, want.tokens, want.margins)
+            assert d is None if backend == "cpu" else (d is None or d.is_tie), d
+            assert accel["drafted"] >= accel["accepted"] >= 0
+            accepted += accel["accepted"]
+    if mode == "ngram":
+        assert accepted > 0, "copying text must let prompt lookup propose accepted tokens"
+
+
+def test_another_of_llamas_ngram_drafters_and_a_bad_name(model_path: Path, vanilla: WorkerClient) -> None:
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=1024), mode="ngram", drafter="ngram-map-k")
+        assert _done(client, COPY)[0].tokens == _done(vanilla, COPY)[0].tokens
+        with pytest.raises(WorkerError, match="ngram-simple") as err:
+            client.load(model_path, p.Placement(n_ctx=1024), mode="ngram", drafter="ngram-magic")
+        assert err.value.kind == "bad_draft"
+
+
+def test_draft_models_pair_by_tokenizer(model_path: Path, tiny_draft: Path, tmp_path: Path, isolated_data: Path) -> None:
+    registry = ModelRegistry()
+    assert find_draft_model(model_path, registry) is None
+    registry.add(ModelRecord("tiny", str(tiny_draft), "x", tiny_draft.stat().st_size, "test"))
+    registry.add(ModelRecord("target", str(model_path), "y", model_path.stat().st_size, "test"))
+    assert find_draft_model(model_path, registry) == tiny_draft  # same tokenizer, far smaller
+    assert find_draft_model(tiny_draft, registry) is None  # the target is no draft for its own draft
+    other = tmp_path / "other-tokenizer.gguf"
+    data = bytearray(tiny_draft.read_bytes())
+    entry = (12).to_bytes(8, "little") + b"<|im_start|>"  # the length-prefixed vocabulary entry
+    i = data.index(entry) + 8
+    data[i : i + 12] = b"<|im_begin|>"  # same length: the file stays valid, the tokenizer differs
+    other.write_bytes(bytes(data))
+    registry.remove("tiny")
+    registry.add(ModelRecord("other", str(other), "z", other.stat().st_size, "test"))
+    assert find_draft_model(model_path, registry) is None
+
+
+def test_draft_mode_without_a_draft_model_says_what_to_do(model_path: Path, isolated_data: Path) -> None:
+    with WorkerClient() as client, pytest.raises(WorkerError, match="ngram mode") as err:
+        client.load(model_path, p.Placement(n_ctx=1024), mode="draft")
+    assert err.value.kind == "no_draft_model"
