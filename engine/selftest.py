@@ -23,7 +23,7 @@ def run(n_tokens: int = 8) -> int:
     try:
         model = ensure_default_model()
         pack = find_pack(model)
-        modes = ["vanilla"]
+        modes = ["vanilla", "ngram"]  # ngram: the drafters library is bundled and loads
         if pack and pack.eagle_head:
             modes.append("eagle")
         if pack and pack.exit_predictors:

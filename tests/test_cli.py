@@ -70,7 +70,7 @@ def test_app_selftest_runs_every_installed_mode(model_path) -> None:  # type: ig
     out = subprocess.run([sys.executable, "-m", "app.main", "--selftest"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     report = json.loads(out.stdout)
-    assert report["ok"] and set(report["modes"]) == {"vanilla", "eagle", "specee"}
+    assert report["ok"] and set(report["modes"]) == {"vanilla", "ngram", "eagle", "specee"}
     assert all(m["tokens"] > 0 for m in report["modes"].values())
 
 
