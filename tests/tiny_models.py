@@ -4,10 +4,12 @@ The real engine runs them like any downloaded model: the tokenizer (vocabulary, 
 chat template, pre-tokenizer) is copied from a real GGUF, so prompts tokenize and chat-format as
 they would for a real model; only the weights are random. Tensor names, shapes and hparams keys are
 the ones llama.cpp's loaders ask for (src/models/{llama,qwen2,qwen3}.cpp, src/llama-arch.cpp).
+EAGLE-3 heads for them come from the project's own trainer classes and exporter (needs torch).
 """
 
 from __future__ import annotations
 
+import struct
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -132,3 +134,101 @@ def write_tiny_gguf(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# struct formats of GGUF's fixed-size value types (gguf.GGUFValueType)
+_GGUF_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def _gguf_scalars(path: Path, keys: list[str]) -> dict[str, Any]:
+    """The values of scalar or string metadata `keys` of a GGUF, in the order asked for. A header
+    scan that stops once all are found: GGUFReader parses the whole 49k-entry tokenizer first
+    (about 2 s a file), and the trainer code this module calls already reads the target twice."""
+    want, found = set(keys), {}
+    with Path(path).open("rb") as fh:
+
+        def read(fmt: str) -> Any:
+            return struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]
+
+        def skip(vtype: int) -> None:
+            if vtype == gguf.GGUFValueType.STRING:
+                fh.seek(read("<Q"), 1)
+            elif vtype == gguf.GGUFValueType.ARRAY:
+                sub, count = read("<I"), read("<Q")
+                if sub in _GGUF_SCALAR:
+                    fh.seek(count * struct.calcsize(_GGUF_SCALAR[sub]), 1)
+                else:
+                    for _ in range(count):
+                        skip(sub)
+            else:
+                fh.seek(struct.calcsize(_GGUF_SCALAR[vtype]), 1)
+
+        if fh.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        _version, _n_tensors, n_kv = read("<I"), read("<Q"), read("<Q")
+        for _ in range(n_kv):
+            key = fh.read(read("<Q")).decode()
+            vtype = read("<I")
+            if key not in want:
+                skip(vtype)
+            elif vtype == gguf.GGUFValueType.STRING:
+                found[key] = fh.read(read("<Q")).decode()
+            else:
+                found[key] = read(_GGUF_SCALAR[vtype])
+            if len(found) == len(want):
+                return {k: found[k] for k in keys}
+    raise KeyError(f"{path} lacks {', '.join(sorted(want - found.keys()))}")
+
+
+def write_tiny_eagle_head(path: Path, target: Path, draft_vocab: int = 512, seed: int = 0, *, warm_start: bool = False) -> Path:
+    """Write a random EAGLE-3 head for the tiny model `target` to `path` (F16 matrices) and return `path`.
+
+    Built with the trainer's own classes and exporter, so it is what `specee train eagle` would
+    write for this target, minus the training. The draft vocabulary is a seeded random sorted
+    subset of the target's (all of it when draft_vocab >= n_vocab); every weight is torch's default
+    init. warm_start=True starts it like the trainer (lm_head = the target's rows, fc = the highest
+    feature layer) but with the block's output projections zeroed rather than scaled by 0.1: the
+    tiny targets' residual stream is ~0.02 per element, which even 0.1 x a random block would
+    swamp. The head is then exactly the target's early exit at that layer, so on a tied target
+    (which echoes its last token) its drafts are accepted."""
+    import torch  # the training extra: only this function needs it
+
+    from engine.hashing import sha256_file
+    from engine.train.eagle_export import export_head
+    from engine.train.eagle_head import EagleHead, HeadConfig
+    from engine.train.eagle_train import target_tensors
+
+    arch = _gguf_scalars(target, ["general.architecture"])["general.architecture"]
+    keys = [f"{arch}.block_count", f"{arch}.embedding_length"]
+    n_layer, n_embd = (int(v) for v in _gguf_scalars(target, keys).values())
+    weights = target_tensors(str(target))
+    embed = torch.from_numpy(weights["token_embd.weight"].astype(np.float32))
+    n_vocab = embed.shape[0]
+    draft_vocab = min(draft_vocab, n_vocab)
+    cfg = HeadConfig(
+        n_embd=n_embd,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=2 * n_embd,
+        target_hidden=n_embd,
+        draft_vocab=draft_vocab,
+        rms_eps=RMS_EPS,
+        rope_base=ROPE_FREQ_BASE,
+        layers=(0, n_layer // 2, n_layer - 1),  # low, middle and high, like the default head's (2, 15, 27) of 30
+    )
+    rng = np.random.default_rng(seed)
+    d2t = np.sort(rng.choice(n_vocab, size=draft_vocab, replace=False))
+    with torch.random.fork_rng(devices=[]):  # torch's default init draws from the global RNG: leave it as it was
+        torch.manual_seed(seed)
+        head = EagleHead(cfg, embed)
+    head.d2t.copy_(torch.from_numpy(d2t))
+    if warm_start:
+        with torch.no_grad():
+            out_w = weights.get("output.weight", weights["token_embd.weight"]).astype(np.float32)
+            head.lm_head.weight.copy_(torch.from_numpy(out_w[d2t]))
+            head.output_norm.weight.copy_(torch.from_numpy(weights["output_norm.weight"].astype(np.float32)))
+            head.fc.weight.zero_()
+            head.fc.weight[:, 2 * n_embd :].copy_(torch.eye(n_embd))
+            head.wo.weight.zero_()
+            head.down.weight.zero_()
+    return export_head(head, str(target), sha256_file(target), path, matrix_type=gguf.GGMLQuantizationType.F16)
