@@ -406,8 +406,13 @@ class MainWindow(QMainWindow):
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             self.state_label.setText(f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}")
             self.state_label.setToolTip(msg.mode_reason or f"acceleration: {msg.mode}")
-            self.train_button.setVisible("no acceleration weights" in msg.mode_reason)
+            self.train_button.setVisible(msg.trainable)
             self._set_busy(False)
+        elif isinstance(msg, p.AutoDecided):  # auto finished measuring in the background
+            self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
+            name = self.state_label.text().rsplit(" · ", 1)[0]
+            self.state_label.setText(f"{name} · {msg.mode}")
+            self.state_label.setToolTip(msg.mode_reason)
         elif isinstance(msg, p.Token) and msg.request_id == self.request_id:
             self.answer += msg.text
             self.messages[-1]["content"] = self.answer

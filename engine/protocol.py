@@ -191,6 +191,18 @@ class Loaded(Message):
     placement: Placement = field(default_factory=Placement)  # what was loaded (never "auto")
     plan: str = ""  # why: the planner's explanation, or the explicit override
     predicted_tok_s: dict[str, float] = field(default_factory=dict)  # the planner's decode speed here, per mode
+    trainable: bool = False  # no EAGLE head is installed for this model, and our trainers support its architecture
+
+
+@dataclass
+class AutoDecided(Message):
+    """`auto` finished measuring in the background (the load answered in vanilla meanwhile) and now
+    runs `mode`; later answers use it."""
+
+    TYPE: ClassVar[str] = "auto_decided"
+    mode: str = "vanilla"
+    mode_reason: str = ""
+    measured_tok_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

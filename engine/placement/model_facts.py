@@ -6,6 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KV_BYTES = 2  # f16 K and V cache
+# Share of the measured read bandwidth the CPU's dot products reach per weight type, without the
+# runtime repacking we turn off for batch invariance (engine/worker/session.py): K-quants decode
+# compute-bound on this 2-core EPYC (Qwen2.5-Coder-1.5B Q4_K/Q6_K: 41.8 ms per token where 1.1 GB at
+# the full bandwidth would take 30). Other types stream at the measured bandwidth.
+CPU_TYPE_EFFICIENCY = {"Q2_K": 0.7, "Q3_K": 0.7, "Q4_K": 0.7, "Q5_K": 0.7, "Q6_K": 0.7}
 
 
 @dataclass
@@ -17,6 +22,9 @@ class ModelFacts:
     kv_bytes_per_token_layer: int  # K + V of one token in one layer
     # an untied input embedding: held in RAM (llama.cpp keeps it on the CPU), one row read per token
     embd_bytes: int = 0
+    # what the CPU's kernels make of each layer and the head: bytes / CPU_TYPE_EFFICIENCY (default: bytes)
+    layer_cpu_cost: list[float] | None = None
+    output_cpu_cost: float | None = None
 
     @property
     def weights_bytes(self) -> int:
@@ -40,20 +48,28 @@ def facts_from_gguf(path: Path) -> ModelFacts:
     n_head = field("attention.head_count")
     n_head_kv = field("attention.head_count_kv", n_head)
     head_dim = field("attention.key_length", n_embd // max(n_head, 1))
+    from gguf.constants import GGMLQuantizationType
+
     layer_bytes = [0] * n_layer
-    output = 0
-    embd = 0
+    layer_cost = [0.0] * n_layer
+    output, output_cost, embd, embd_cost = 0, 0.0, 0, 0.0
     for name, n in info.tensor_bytes.items():
+        eff = CPU_TYPE_EFFICIENCY.get(GGMLQuantizationType(info.tensor_types[name]).name, 1.0)
         if name.startswith("blk."):
-            layer_bytes[int(name.split(".")[1])] += n
+            layer = int(name.split(".")[1])
+            layer_bytes[layer] += n
+            layer_cost[layer] += n / eff
         elif name.startswith(("output", "output_norm")):
             output += n
+            output_cost += n / eff
         elif name == "token_embd.weight":
-            embd = n
+            embd, embd_cost = n, n / eff
     tied = "output.weight" not in info.tensor_bytes
     if tied:
         output += embd  # the lm_head reads the embedding matrix
-    return ModelFacts(info.name, n_layer, layer_bytes, output, 2 * n_head_kv * head_dim * KV_BYTES, 0 if tied else embd)
+        output_cost += embd_cost
+    kv = 2 * n_head_kv * head_dim * KV_BYTES
+    return ModelFacts(info.name, n_layer, layer_bytes, output, kv, 0 if tied else embd, layer_cost, output_cost)
 
 
 def synthetic(name: str, n_layer: int, params_b: float, bits: float, n_embd: int, n_head_kv: int, head_dim: int) -> ModelFacts:

@@ -97,7 +97,8 @@ def _token_ms(m: ModelFacts, gpu_layers: set[int], output_gpu: bool, hw: Hardwar
     def cost(layer: int) -> float:
         if layer in gpu_layers:
             return m.layer_bytes[layer] / gpu_bw * 1000
-        return m.layer_bytes[layer] / cpu_bw * 1000 + CPU_LAYER_MS
+        cpu = m.layer_cpu_cost[layer] if m.layer_cpu_cost else m.layer_bytes[layer]
+        return cpu / cpu_bw * 1000 + CPU_LAYER_MS
 
     prefix = [0.0]
     crossings = [0]
@@ -105,7 +106,8 @@ def _token_ms(m: ModelFacts, gpu_layers: set[int], output_gpu: bool, hw: Hardwar
         prefix.append(prefix[-1] + cost(layer))
         moved = layer > 0 and ((layer in gpu_layers) != (layer - 1 in gpu_layers))
         crossings.append(crossings[-1] + int(moved))
-    head = m.output_bytes / (gpu_bw if output_gpu else cpu_bw) * 1000
+    head_cpu = m.output_cpu_cost if m.output_cpu_cost is not None else m.output_bytes
+    head = (m.output_bytes / gpu_bw if output_gpu else head_cpu / cpu_bw) * 1000
     head_cross = int(output_gpu != ((m.n_layer - 1) in gpu_layers))
     full = prefix[-1] + head + (crossings[-1] + head_cross) * CROSSING_MS
     if exits is None:

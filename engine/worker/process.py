@@ -93,7 +93,17 @@ def main() -> int:
 
     session: Session | None = None
     while True:
-        msg = commands.get()
+        if session is not None and session.has_background_work():
+            # idle: one unit of auto's measurement at a time; a command arriving interrupts it
+            try:
+                msg = commands.get(timeout=0.05)
+            except queue.Empty:
+                decided = session.background_step(lambda: not commands.empty())
+                if decided is not None:
+                    channel.emit(decided)
+                continue
+        else:
+            msg = commands.get()
         if isinstance(msg, p.Shutdown):
             break
         if isinstance(msg, p.Load):

@@ -3,33 +3,34 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
-import json
+import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import llama_cpp
 from llama_cpp import Llama
 
 from engine import protocol as p
-from engine.atomic import write_text_atomic
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import ModelFileError, inspect_gguf
+from engine.native import build_info
 from engine.paths import cache_dir
+from engine.worker import auto
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
 CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
-CALIBRATION_TOKENS = 48
 # Default draft lengths: an n-gram match is usually a copy that runs on; a draft model's guesses fade
 TRAINING_FREE_DRAFT = {"ngram": 6, "draft": 3}
 
@@ -64,15 +65,16 @@ class Session:
             lib = native.lib()
             lib.specee_set_first_layers_on_gpu(max(placement.n_gpu_layers, 0), placement.output_on_gpu)
         try:
-            self.llm = Llama(
-                model_path=str(Path(load.model_path)),
-                n_ctx=placement.n_ctx,
-                n_batch=min(512, placement.n_ctx),
-                n_threads=self.n_threads,
-                n_threads_batch=self.n_threads,
-                n_gpu_layers=placement.n_gpu_layers,
-                verbose=False,
-            )
+            with _batch_invariant_weights():
+                self.llm = Llama(
+                    model_path=str(Path(load.model_path)),
+                    n_ctx=placement.n_ctx,
+                    n_batch=min(512, placement.n_ctx),
+                    n_threads=self.n_threads,
+                    n_threads_batch=self.n_threads,
+                    n_gpu_layers=placement.n_gpu_layers,
+                    verbose=False,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise LoadError(
                 "load_failed",
@@ -89,6 +91,9 @@ class Session:
         self._piece_buf = ctypes.create_string_buffer(256)
         self.mode_reason = ""
         self.measured: dict[str, float] = {}
+        self._auto: auto.AutoCalibration | None = None  # auto's measurement in progress
+        self._auto_key_pending = ""
+        self._decisions = auto.DecisionCache(cache_dir() / "auto-mode.json")
         self.mode, self.decoder = self._make_decoder(load)
         self.loaded = p.Loaded(
             model_path=str(load.model_path),
@@ -107,47 +112,110 @@ class Session:
             placement=placement,
             plan=self.plan,
             predicted_tok_s=predicted,
+            trainable=info.architecture in ACCELERATED_ARCHS and not self._has_head(Path(load.model_path)),
         )
 
     def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
-        """`auto` measures the accelerated modes this model has weights for against vanilla, once
-        per machine, and keeps the fastest; an explicit mode without its weights is an error."""
+        """An explicit mode must be available for this model (else a LoadError says how to get it);
+        `auto` starts in vanilla and measures the available modes in the background (AutoCalibration),
+        or takes the decision cached for this model, weights, build and machine."""
         if load.mode == "vanilla":
             return "vanilla", VanillaDecoder(self.llm)
         model_path = Path(load.model_path)
-        if load.mode in ("ngram", "draft"):  # training-free: any architecture, no weights of ours
-            return load.mode, self._training_free_decoder(load, model_path)
+        makers, why_not = self._available_modes(load, model_path)
+        if load.mode != "auto":
+            if load.mode not in makers:
+                raise LoadError(*why_not[load.mode])
+            return load.mode, makers[load.mode]()
+        key = self._auto_key(model_path, sorted(makers))
+        cached = self._decisions.get(key)
+        if cached is not None:
+            self.measured = dict(cached["speeds"])
+            self.mode_reason = auto.explain(cached["speeds"], cached["mode"], cached.get("failed"))
+            mode = cached["mode"]
+            return mode, makers[mode]() if mode != "vanilla" else VanillaDecoder(self.llm)
+        vanilla = VanillaDecoder(self.llm)
+        budget = self.llm.n_ctx() // 2
+        prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
+        self._auto = auto.AutoCalibration(prompts, makers, vanilla)
+        self._auto_key_pending = key
+        self.mode_reason = f"auto: measuring {', '.join(makers)} against vanilla in the background; vanilla until then"
+        return "vanilla", vanilla
+
+    def _available_modes(self, load: p.Load, model_path: Path) -> tuple[dict, dict[str, tuple[str, str]]]:
+        """Makers of every accelerated mode this model can run, and (error kind, message) for the others."""
+        makers: dict = {"ngram": lambda: self._training_free_decoder("ngram", load, model_path)}
+        why_not: dict[str, tuple[str, str]] = {}
+        draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path)
+        if draft is not None:
+            makers["draft"] = lambda: self._training_free_decoder("draft", load, model_path, draft)
+        else:
+            why_not["draft"] = (
+                "no_draft_model",
+                f"No installed model shares {model_path.name}'s tokenizer and is small enough to draft for it. Add a "
+                "smaller model of the same family (for Qwen2.5-Coder-1.5B: `specee models fetch qwen2.5-coder-0.5b`), "
+                "or use ngram mode.",
+            )
         arch = self.info.architecture
         if arch not in ACCELERATED_ARCHS:
-            if load.mode == "auto":
-                self.mode_reason = f"auto: acceleration is not available for {arch!r} models yet; using vanilla"
-                return "vanilla", VanillaDecoder(self.llm)
-            raise LoadError(
-                "unsupported_architecture",
-                f"{load.mode} mode is not available for {arch!r} models (supported: {', '.join(ACCELERATED_ARCHS)}); "
-                "use vanilla mode.",
-            )
+            why = f"mode is not available for {arch!r} models (supported: {', '.join(ACCELERATED_ARCHS)}); use ngram or vanilla."
+            for mode in ("eagle", "specee"):
+                why_not[mode] = ("unsupported_architecture", f"{mode} {why}")
+            return makers, why_not
         pack = find_pack(model_path)
         head = pack.eagle_head if pack else None
         exits = pack.exit_predictors if pack else None
-        if head is None or (load.mode == "specee" and exits is None):
-            if load.mode == "auto":
-                self.mode_reason = "auto: no acceleration weights are installed for this model; using vanilla"
-                return "vanilla", VanillaDecoder(self.llm)
-            what = "EAGLE head" if head is None else "SpecEE exit predictors"
-            cmd = "eagle" if head is None else "exits"
-            raise LoadError(
-                "no_acceleration",
-                f"No {what} is installed for {model_path.name}. Train it with "
-                f"`specee train {cmd} --model {model_path}`, or use vanilla mode.",
-            )
-        makers = {"eagle": lambda: self._eagle_decoder(load, pack, head)}
-        if exits is not None:
-            makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
-        if load.mode in ("eagle", "specee"):
-            return load.mode, makers[load.mode]()
-        choice = self._auto_choice(model_path, pack, makers)
-        return choice, makers[choice]() if choice != "vanilla" else VanillaDecoder(self.llm)
+
+        def missing(what: str, cmd: str) -> tuple[str, str]:
+            return ("no_acceleration", f"No {what} is installed for {model_path.name}. Train it with "
+                                       f"`specee train {cmd} --model {model_path}`, or use vanilla mode.")  # fmt: skip
+
+        if head is None:
+            why_not["eagle"] = why_not["specee"] = missing("EAGLE head", "eagle")
+        elif exits is None:
+            why_not["specee"] = missing("SpecEE exit predictors", "exits")
+        if head is not None:
+            makers["eagle"] = lambda: self._eagle_decoder(load, pack, head)
+            if exits is not None:
+                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
+        return makers, why_not
+
+    @staticmethod
+    def _has_head(model_path: Path) -> bool:
+        pack = find_pack(model_path)
+        return pack is not None and pack.eagle_head is not None
+
+    def _auto_key(self, model_path: Path, modes: list[str]) -> str:
+        """What auto's decision depends on: the model, the weights, the native build, the machine."""
+        pack = find_pack(model_path)
+        stamps = []
+        for f in sorted(pack.folder.iterdir()) if pack else []:
+            st = f.stat()
+            stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+        pl = self.placement
+        build = build_info().get("build_key", "")
+        return (f"{model_sha256(model_path)}|{','.join(stamps)}|{build}|{detect_hardware().cpu_model}|{self.n_threads}|"
+                f"{pl.layout}:{pl.n_gpu_layers}|{','.join(modes)}")  # fmt: skip
+
+    def has_background_work(self) -> bool:
+        return self._auto is not None
+
+    def background_step(self, interrupted: Callable[[], bool]) -> p.AutoDecided | None:
+        """One unit of auto's measurement; the decision once the last unit ran."""
+        cal = self._auto
+        assert cal is not None
+        cal.step(interrupted)
+        if not cal.done:
+            return None
+        speeds = cal.speeds()
+        mode = auto.choose(speeds)
+        self._decisions.put(self._auto_key_pending, mode, speeds, cal.failed)
+        self.decoder = cal.take(mode)
+        self.mode, self._auto = mode, None
+        self.measured = speeds
+        self.mode_reason = auto.explain(speeds, mode, cal.failed)
+        self.loaded.mode, self.loaded.mode_reason, self.loaded.measured_tok_s = mode, self.mode_reason, speeds
+        return p.AutoDecided(mode=mode, mode_reason=self.mode_reason, measured_tok_s=speeds)
 
     def _eagle_decoder(self, load: p.Load, pack, head: Path) -> EagleDecoder:  # type: ignore[no-untyped-def]
         try:
@@ -159,33 +227,28 @@ class Session:
         except RuntimeError as exc:
             raise LoadError("bad_head", f"the EAGLE head {head.name} could not be used: {exc}") from exc
 
-    def _training_free_decoder(self, load: p.Load, model_path: Path) -> SpecDecoder:
-        draft: Path | None = None
-        if load.mode == "ngram":
+    def _training_free_decoder(self, mode: str, load: p.Load, model_path: Path, draft: Path | None = None) -> SpecDecoder:
+        if mode == "ngram":
             drafter = load.drafter or "ngram-simple"
-            self.mode_reason = f"ngram: llama.cpp's {drafter} drafter proposes continuations found in the context"
+            reason = f"ngram: llama.cpp's {drafter} drafter proposes continuations found in the context"
         else:
             drafter = "draft-simple"
-            draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path)
-            if draft is None:
-                raise LoadError(
-                    "no_draft_model",
-                    f"No installed model shares {model_path.name}'s tokenizer and is small enough to draft for it. "
-                    "Add a smaller model of the same family (for Qwen2.5-Coder-1.5B: `specee models fetch qwen2.5-coder-0.5b`), "
-                    "or use ngram mode.",
-                )
+            assert draft is not None
             try:
                 if not same_tokenizer(draft, model_path):
                     why = f"{draft.name} has another tokenizer than {model_path.name}; it cannot draft for it."
                     raise LoadError("bad_draft_model", why)
             except ModelFileError as exc:
                 raise LoadError("bad_draft_model", f"the draft model cannot be used: {exc}") from exc
-            self.mode_reason = f"draft: {draft.name} (same tokenizer) drafts, {model_path.name} verifies"
-        n_draft = load.n_draft or TRAINING_FREE_DRAFT[load.mode]
+            reason = f"draft: {draft.name} (same tokenizer) drafts, {model_path.name} verifies"
+        n_draft = load.n_draft or TRAINING_FREE_DRAFT[mode]
         try:
-            return SpecDecoder(self.llm, drafter, n_draft, self.n_threads, draft, self._head_on_gpu())
+            decoder = SpecDecoder(self.llm, drafter, n_draft, self.n_threads, draft, self._head_on_gpu())
         except RuntimeError as exc:
-            raise LoadError("bad_draft", f"{load.mode} mode could not start: {exc}") from exc
+            raise LoadError("bad_draft", f"{mode} mode could not start: {exc}") from exc
+        if load.mode == mode:
+            self.mode_reason = reason
+        return decoder
 
     def _head_on_gpu(self) -> bool:
         """The EAGLE head sits with the layers that feed it: on the GPU only when the target's last
@@ -203,63 +266,9 @@ class Session:
         except RuntimeError as exc:
             raise LoadError("bad_predictors", f"SpecEE could not start with {exits.name}: {exc}") from exc
 
-    def _auto_choice(self, model_path: Path, pack, makers: dict) -> str:  # type: ignore[no-untyped-def]
-        """Acceleration pays only where its overheads are small against one token (it depends on
-        the CPU/GPU, threads and model); measure every candidate once per machine and weights."""
-        hw = detect_hardware()
-        stamps = []
-        for f in sorted(pack.folder.iterdir()):
-            st = f.stat()
-            stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-        key = f"{model_sha256(model_path)}|{','.join(stamps)}|{hw.cpu_model}|{self.n_threads}"
-        cache_file = cache_dir() / "auto-mode.json"
-        try:
-            cache = json.loads(cache_file.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            cache = {}
-        if key not in cache:
-            decoders: dict[str, Decoder] = {"vanilla": VanillaDecoder(self.llm)}
-            try:
-                for name, make in makers.items():
-                    decoders[name] = make()
-                speeds = self._calibrate(decoders)
-            finally:
-                for name, dec in decoders.items():
-                    if name != "vanilla":
-                        dec.close()
-            best = max(speeds, key=lambda m: speeds[m])
-            mode = best if speeds[best] > speeds["vanilla"] * 1.03 else "vanilla"
-            cache[key] = {"mode": mode, "speeds": speeds}
-            write_text_atomic(cache_file, json.dumps(cache, indent=1))
-        c = cache[key]
-        self.measured = dict(c["speeds"])
-        v = c["speeds"]["vanilla"]
-        parts = ", ".join(f"{m} {s:.0f} tok/s ({s / max(v, 1e-9):.2f}x)" for m, s in c["speeds"].items())
-        self.mode_reason = f"auto: measured here {parts}; using {c['mode']}"
-        return c["mode"]
-
-    def _calibrate(self, decoders: dict[str, Decoder]) -> dict[str, float]:
-        budget = self.llm.n_ctx() // 2
-        prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
-        totals = {name: [0, 0.0] for name in decoders}
-        for tokens in prompts:  # interleaved, so drift hits both alike
-            for name, dec in decoders.items():
-                n, t_first = 0, 0.0
-                stream = dec.stream(tokens, p.Sampling.greedy(CALIBRATION_TOKENS))
-                for _tok in stream:
-                    n += 1
-                    if n == 1:
-                        t_first = time.perf_counter()
-                    if n >= CALIBRATION_TOKENS:
-                        break
-                stream.close()
-                totals[name][0] += n - 1
-                totals[name][1] += time.perf_counter() - t_first
-        for dec in decoders.values():
-            dec.forget()
-        return {name: n / max(t, 1e-9) for name, (n, t) in totals.items()}
-
     def close(self) -> None:
+        if self._auto is not None:
+            self._auto.close()
         self.decoder.close()
         self.llm.close()
 
@@ -354,6 +363,29 @@ class Session:
             emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
+
+
+@contextlib.contextmanager
+def _batch_invariant_weights() -> Iterator[None]:
+    """The target's weights stay in their file layout: the CPU backend's runtime repacking (Q4_K,
+    Q4_0, IQ4_NL ... into interleaved blocks) runs one-token decodes and multi-row batches through
+    different kernels, so a verify batch drifted from vanilla (Qwen2.5-Coder-1.5B Q4_K_M: 7/20
+    ngram answers identical) and vanilla itself depended on the cached prefix. llama-cpp-python
+    exposes no switch, so llama_model_default_params is wrapped while the target loads."""
+    from llama_cpp import llama_cpp as bindings  # what llama.py's Llama calls
+
+    original = bindings.llama_model_default_params
+
+    def params():  # type: ignore[no-untyped-def]
+        mp = original()
+        mp.use_extra_bufts = os.environ.get("SPECEE_CPU_REPACK") == "1"
+        return mp
+
+    bindings.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = original
 
 
 def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]:
