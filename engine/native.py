@@ -46,6 +46,13 @@ def require_patched() -> dict[str, Any]:
     return info
 
 
+def _bind(handle: ctypes.CDLL, sigs: dict[str, tuple[list, Any]]) -> ctypes.CDLL:
+    for name, (args, res) in sigs.items():
+        fn = getattr(handle, name)
+        fn.argtypes, fn.restype = args, res
+    return handle
+
+
 @cache
 def lib() -> ctypes.CDLL:
     """libllama with SpecEE Chat's C API (native/src/specee.h) bound."""
@@ -86,10 +93,7 @@ def lib() -> ctypes.CDLL:
         "specee_measure_read_bandwidth": ([i32, ctypes.c_int64], ctypes.c_double),
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
     }
-    for name, (args, res) in sigs.items():
-        fn = getattr(handle, name)
-        fn.argtypes, fn.restype = args, res
-    return handle
+    return _bind(handle, sigs)
 
 
 class SpecStats(ctypes.Structure):
@@ -126,10 +130,7 @@ def spec_lib() -> ctypes.CDLL:
         "specee_spec_n_past": ([vp], i32),
         "specee_spec_reset_stats": ([vp], None),
     }
-    for name, (args, res) in sigs.items():
-        fn = getattr(handle, name)
-        fn.argtypes, fn.restype = args, res
-    return handle
+    return _bind(handle, sigs)
 
 
 class EagleStats(ctypes.Structure):

