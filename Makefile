@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test lint bench upstream reference-models clean
+.PHONY: setup run test lint bench upstream reference-models peer clean
 
 setup: $(VENV)/.deps-stamp
 	$(BIN)/python native/build.py
@@ -46,6 +46,10 @@ bench: setup upstream
 reference-models: setup
 	$(BIN)/specee models fetch qwen2.5-coder-1.5b
 	$(BIN)/specee models fetch qwen2.5-coder-0.5b
+
+# Upstream llama-server from the same pinned sources: the peer of `specee bench --modes ...,peer,peer:ngram-simple`.
+peer: setup
+	$(BIN)/python native/build.py --server
 
 clean:
 	rm -rf $(VENV) .venv-upstream bench-out

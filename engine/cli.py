@@ -97,13 +97,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
     layout = "last" if args.gpu_layers is not None and args.layout == "auto" else args.layout
     report = run_bench(
         str(resolve_model(args.model)), prompts, modes, args.max_tokens, args.warmup, args.ctx, args.threads,
-        args.upstream_python, n_gpu_layers=args.gpu_layers, layout=layout,
+        args.upstream_python, n_gpu_layers=args.gpu_layers, layout=layout, peer_server=_peer_server(args, modes),
     )  # fmt: skip
     print_report(report)
     if args.json:
         write_report(report, args.json)
         print(f"report written to {args.json}", file=sys.stderr)
     return 0
+
+
+def _peer_server(args: argparse.Namespace, modes: list[str]) -> str | None:
+    """llama-server for peer modes: --peer-server, else the one `native/build.py --server` builds (once)."""
+    if not any(m == "peer" or m.startswith("peer:") for m in modes):
+        return None
+    if args.peer_server:
+        return args.peer_server
+    import subprocess
+
+    build = Path(__file__).resolve().parent.parent / "native" / "build.py"
+    out = subprocess.run([sys.executable, str(build), "--server"], stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise SystemExit("could not build llama-server for the peer modes (see the message above)")
+    return out.stdout.strip().splitlines()[-1]
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -328,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpu-layers", type=int, help="override the planner: this many layers on the GPU (-1: all)")
     bench.add_argument("--layout", choices=["auto", "first", "last"], default="auto",
                        help="with --gpu-layers: the first (SpecEE) or last (upstream) layers on the GPU")  # fmt: skip
+    bench.add_argument("--peer-server", help="llama-server binary for peer modes (default: built by native/build.py --server)")
     bench.add_argument("--upstream-python", help="interpreter with plain upstream llama-cpp-python (for mode 'upstream')")
     bench.add_argument("--json", help="write the full report here")
     bench.set_defaults(func=cmd_bench)

@@ -373,15 +373,63 @@ def build(upstream: bool = False, force: bool = False) -> dict:
     return info
 
 
+SERVER_CMAKE_ARGS = [
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
+]  # fmt: skip
+
+
+def server_path() -> Path:
+    """Where `--server` puts llama-server for this sdist, flags and CPU."""
+    h = hashlib.sha256("\0".join([SDIST_SHA256, *SERVER_CMAKE_ARGS, cpu_fingerprint()]).encode()).hexdigest()[:16]
+    return cache_root() / f"server-{h}" / "llama-server"
+
+
+def build_server() -> Path:
+    """Plain upstream llama-server from the same pinned sources, with upstream's defaults: the peer
+    that `specee bench --modes peer,peer:ngram-simple,peer:draft` runs side by side with ours."""
+    target = server_path()
+    if target.exists():
+        print(f"[native build] llama-server up to date: {target}", file=sys.stderr)
+        return target
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    pristine = extract_pristine(root, fetch_sdist(root))
+    build_dir = target.parent / "build"
+    log_path = target.parent / "build.log"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    jobs = str(os.cpu_count() or 2)
+    steps = [
+        ["cmake", "-S", str(pristine / "vendor" / "llama.cpp"), "-B", str(build_dir), *SERVER_CMAKE_ARGS],
+        ["cmake", "--build", str(build_dir), "--target", "llama-server", "-j", jobs],
+    ]
+    with log_path.open("w") as log:
+        for cmd in steps:
+            if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                fix = "install cmake>=3.21 and a C++ compiler"
+                raise BuildError("server", f"{' '.join(cmd[:3])} failed; see {log_path}", fix)
+    built = next(build_dir.rglob("llama-server"), None)
+    if built is None:
+        raise BuildError("server", f"no llama-server binary under {build_dir}", "report this as a bug")
+    shutil.copy2(built, target)
+    shutil.rmtree(build_dir, ignore_errors=True)
+    print(f"[native build] built {target}", file=sys.stderr)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", action="store_true", help="build plain upstream (no patches) for comparisons")
     parser.add_argument("--force", action="store_true", help="rebuild even if a cached wheel exists")
     parser.add_argument("--print-key", action="store_true", help="print the build key and exit")
+    parser.add_argument("--server", action="store_true", help="build upstream llama-server (the bench's peer) and print its path")
     args = parser.parse_args(argv)
     try:
         if args.print_key:
             print(make_recipe(args.upstream).key)
+            return 0
+        if args.server:
+            print(build_server())
             return 0
         build(upstream=args.upstream, force=args.force)
     except BuildError as exc:

@@ -161,13 +161,22 @@ def run_bench(
     upstream_python: str | None = None,
     n_gpu_layers: int | None = None,
     layout: str = "auto",
+    peer_server: str | None = None,
 ) -> dict:
     """layout "auto": every mode loads the planner's placement, as the app does; "first"/"last"
-    with n_gpu_layers override it (the EAGLE head follows the target's last layer either way)."""
+    with n_gpu_layers override it (the EAGLE head follows the target's last layer either way).
+    Modes "peer" and "peer:<llama.cpp drafter>" run upstream llama-server (peer_server) instead."""
     clients: dict[str, WorkerClient] = {}
+    peers: dict[str, _Peer] = {}
     reports: dict[str, ModeReport] = {}
     try:
         for mode in modes:
+            if mode == "peer" or mode.startswith("peer:"):
+                if not peer_server:
+                    raise SystemExit("peer modes need llama-server: `python native/build.py --server` builds it")
+                peers[mode] = _Peer(Path(peer_server), Path(model_path), mode.partition(":")[2], n_ctx, n_threads, max_tokens)
+                reports[mode] = ModeReport(mode, {"build_key": "upstream llama-server"}, loaded=peers[mode].loaded)
+                continue
             python = upstream_python if mode == UPSTREAM else None
             if mode == UPSTREAM and not python:
                 raise SystemExit("mode 'upstream' needs --upstream-python (make upstream builds .venv-upstream)")
@@ -192,17 +201,23 @@ def run_bench(
                 pack = find_pack(Path(model_path))
                 reports[mode].head_eval = pack.manifest.get("eagle", {}).get("dev_eval", {}) if pack else {}
         sampling = p.Sampling.greedy(max_tokens)
+
+        def sample(mode: str, prompt: BenchPrompt) -> Sample:
+            return peers[mode].run(prompt) if mode in peers else _run_one(clients[mode], prompt, sampling)
+
         for prompt in prompts[:warmup]:
             for mode in modes:
-                _run_one(clients[mode], prompt, sampling)
+                sample(mode, prompt)
         for prompt in tqdm(prompts, desc="bench", unit="prompt", file=sys.stderr):
             for mode in modes:
-                reports[mode].samples.append(_run_one(clients[mode], prompt, sampling))
+                reports[mode].samples.append(sample(mode, prompt))
         if "vanilla" in reports:
             _vanilla_margins(clients["vanilla"], reports, prompts, sampling)
     finally:
         for client in clients.values():
             client.stop()
+        for peer in peers.values():
+            peer.stop()
     reference = reports.get("vanilla")
     return {
         "model": model_path,
@@ -213,6 +228,52 @@ def run_bench(
         "modes": [reports[m].summary(reference if m != "vanilla" else None) for m in modes],
         "samples": {m: [asdict(s) for s in reports[m].samples] for m in modes},
     }
+
+
+class _Peer:
+    """A peer mode: upstream llama-server with llama.cpp's own speculative decoding (or none), fed
+    the token ids our chat formatting gives, greedy, one slot, the same threads."""
+
+    def __init__(self, binary: Path, model: Path, drafter: str, n_ctx: int, n_threads: int, max_tokens: int) -> None:
+        import llama_cpp
+
+        from engine.bench.peer import PeerServer
+        from engine.hardware import physical_cores
+        from engine.models.drafts import find_draft_model
+        from engine.models.gguf_file import inspect_gguf
+        from engine.paths import cache_dir
+        from engine.worker.chat_prompt import ChatPrompt
+
+        spec: list[str] = []
+        if drafter == "draft":
+            draft = find_draft_model(model)
+            if draft is None:
+                raise SystemExit(f"peer:draft needs a draft model with {model.name}'s tokenizer installed")
+            spec = ["--spec-type", "draft-simple", "-md", str(draft), "-ngld", "0"]
+        elif drafter:
+            spec = ["--spec-type", drafter]
+        threads = n_threads or physical_cores()
+        self.vocab_llm = llama_cpp.Llama(model_path=str(model), vocab_only=True, verbose=False)
+        self.vocab = self.vocab_llm._model.vocab
+        self.chat = ChatPrompt.for_model(self.vocab_llm, inspect_gguf(model).chat_template)
+        self.budget, self.max_tokens = n_ctx - min(max_tokens, n_ctx // 2), max_tokens
+        log = cache_dir() / "logs" / f"peer-{drafter or 'plain'}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.server = PeerServer(binary, model, threads, n_ctx, spec, log)
+        self.loaded = p.Loaded(n_threads=threads, placement=p.Placement(n_ctx=n_ctx, n_threads=threads, layout="last"),
+                               plan=f"upstream llama-server {' '.join(spec) or '(no speculation)'}")  # fmt: skip
+        self._is_eog = llama_cpp.llama_vocab_is_eog
+
+    def run(self, prompt: BenchPrompt) -> Sample:
+        tokens = self.chat.fit([{"role": "user", "content": prompt.text}], self.budget).tokens
+        r = self.server.complete(tokens, self.max_tokens)
+        out = [t for t in r.tokens if not self._is_eog(self.vocab, t)]
+        finish = "stop" if r.stopped or len(out) < len(r.tokens) else "length"
+        return Sample(prompt.id, len(tokens), len(out), r.ttft_ms, r.prefill_tok_s, r.decode_tok_s, finish, out)
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.vocab_llm.close()
 
 
 def _vanilla_margins(
