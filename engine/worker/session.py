@@ -146,7 +146,9 @@ class Session:
         """Makers of every accelerated mode this model can run, and (error kind, message) for the others."""
         makers: dict = {"ngram": lambda: self._training_free_decoder("ngram", load, model_path)}
         why_not: dict[str, tuple[str, str]] = {}
-        draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path)
+        # pairing scans every registered model's header: only where a draft could be used
+        wants_draft = load.mode in ("draft", "auto")
+        draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path) if wants_draft else None
         if draft is not None:
             makers["draft"] = lambda: self._training_free_decoder("draft", load, model_path, draft)
         else:
