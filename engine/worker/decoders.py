@@ -160,15 +160,17 @@ class EagleDecoder:
     def accel_stats(self) -> dict[str, float]:
         st = self._stats
         steps = max(st.n_steps, 1)
-        return {
+        out = {
             "acceptance_length": st.n_emitted / steps,  # tokens per target forward pass
             "drafted": st.n_drafted,
             "accepted": st.n_accepted,
             "accept_rate": st.n_accepted / max(st.n_drafted, 1),
             "draft_ms_per_step": st.t_draft_ms / steps,
             "verify_ms_per_step": st.t_verify_ms / steps,
-            "feed_ms_per_step": st.t_feed_ms / steps,
         }
+        if hasattr(st, "t_feed_ms"):  # EAGLE feeds the head; llama.cpp's drafters (SpecStats) have no feed
+            out["feed_ms_per_step"] = st.t_feed_ms / steps
+        return out
 
     def close(self) -> None:
         if self._eagle:
@@ -220,18 +222,6 @@ class SpecDecoder(EagleDecoder):
 
     def _error(self) -> str:
         return self.lib.specee_spec_last_error().decode()
-
-    def accel_stats(self) -> dict[str, float]:
-        st = self._stats
-        steps = max(st.n_steps, 1)
-        return {
-            "acceptance_length": st.n_emitted / steps,
-            "drafted": st.n_drafted,
-            "accepted": st.n_accepted,
-            "accept_rate": st.n_accepted / max(st.n_drafted, 1),
-            "draft_ms_per_step": st.t_draft_ms / steps,
-            "verify_ms_per_step": st.t_verify_ms / steps,
-        }
 
     def close(self) -> None:
         if self._eagle:
