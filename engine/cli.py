@@ -279,6 +279,7 @@ def cmd_train_eagle(args: argparse.Namespace) -> int:
     manifest = train_eagle(
         resolve_model(args.model), Path(args.out), Path(args.prompts), args.n_prompts, args.eval_prompts, args.max_new,
         args.epochs, args.draft_vocab, args.steps, Path(args.work) if args.work else None, args.time_budget,
+        args.head_ff,
     )  # fmt: skip
     ev = manifest["eagle"]["dev_eval"]
     print(json.dumps({"head": str(args.out), **ev}, indent=1))
@@ -332,7 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--modes",
         default="vanilla",
-        help="comma-separated: vanilla, eagle, eagle:N, specee, specee:check, specee:nofill, specee:noexit, auto, upstream",
+        help="comma-separated: vanilla, eagle, eagle:N, specee, specee:check, specee:nofill, specee:noexit, ngram, "
+        "ngram:<llama.cpp n-gram type>, draft, draft:N, auto, upstream, peer (upstream llama-server), "
+        "peer:<llama.cpp drafter>, peer:draft",
     )
     bench.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/dev.jsonl"))
     bench.add_argument("--max-tokens", type=int, default=64)
@@ -363,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     eagle.add_argument("--eval-prompts", type=int, default=40, help="development prompts for the quick evaluation")
     eagle.add_argument("--max-new", type=int, default=96, help="answer tokens the target writes per prompt")
     eagle.add_argument("--epochs", type=int, default=6)
-    eagle.add_argument("--draft-vocab", type=int, default=4096)
+    eagle.add_argument("--draft-vocab", type=int, default=4096, help="0 = the smallest size that covers the dev data")
+    eagle.add_argument("--head-ff", type=int, default=0, help="the head's feed-forward size (0 = the target's)")
     eagle.add_argument("--steps", type=int, default=3, help="unrolled draft steps in training = chain length at inference")
     eagle.add_argument("--work", help="folder for data shards and checkpoints (resumable)")
     eagle.add_argument("--time-budget", type=float, default=0.0, help="stop training after this many seconds")

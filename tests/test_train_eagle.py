@@ -150,3 +150,5 @@ def test_auto_measures_in_the_background_and_explains_its_choice(
         assert (again.mode, again.mode_reason) == (decided.mode, decided.mode_reason)  # the cached decision
         done = list(client.stream(question, p.Sampling.greedy(8)))[-1]
         assert done.n_generated == 8
+        # an explicitly chosen mode gets the same measurements, so its meter shows the ratio to vanilla
+        assert client.load(model_path, p.Placement(n_ctx=1024), mode="ngram").measured_tok_s == speeds

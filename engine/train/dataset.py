@@ -49,7 +49,13 @@ def read_manifest(folder: Path) -> dict:
 
 
 def generate_dataset(
-    model_path: str, prompts: list[BenchPrompt], folder: Path, max_new: int = 128, shard_size: int = 64, n_ctx: int = 1024
+    model_path: str,
+    prompts: list[BenchPrompt],
+    folder: Path,
+    max_new: int = 128,
+    shard_size: int = 64,
+    n_ctx: int = 1024,
+    n_seq: int = 16,
 ) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     model_sha = sha256_file(Path(model_path))
@@ -75,16 +81,18 @@ def generate_dataset(
     for start in range(0, len(todo), shard_size):
         group = todo[start : start + shard_size]
         seqs: list[Sequence] = []
-        for prompt in group:
-            prompt_tokens, answer = teacher.answer(prompt.text, max_new)
-            seqs.append(teacher.features(prompt_tokens + answer, len(prompt_tokens)))
-            bar.update(1)
+        for sub in range(0, len(group), n_seq):
+            part = group[sub : sub + n_seq]
+            for prompt_tokens, answer in teacher.answers([p.text for p in part], max_new, n_seq):
+                seqs.append(teacher.features(prompt_tokens + answer, len(prompt_tokens)))
+            bar.update(len(part))
         name = f"shard-{len(manifest['shards']):05d}"
         _write_shard(folder, name, seqs)
         manifest["shards"].append({"name": name, "n_seqs": len(seqs), "n_tokens": int(sum(len(s.tokens) for s in seqs))})
         manifest["done"] += [p.id for p in group]
         write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=1))
     bar.close()
+    teacher.close_generation()
     return manifest
 
 

@@ -44,6 +44,54 @@ def target_tensors(model_path: str) -> dict[str, np.ndarray]:
     return out
 
 
+def head_config(model_path: str, layers: list[int], draft_vocab: int, n_ff: int = 0) -> HeadConfig:
+    """The head's shape from the target's hyper-parameters: the same width, heads, RoPE base and norm
+    epsilon as the target. `n_ff` = 0 takes the target's feed-forward size; a smaller one trades a
+    little acceptance for a head that trains in hours rather than days on a CPU."""
+    fields = GGUFReader(model_path).fields
+    arch = str(fields["general.architecture"].contents())
+
+    def get(key: str, default: float | None = None) -> float:
+        field = fields.get(f"{arch}.{key}")
+        if field is None:
+            if default is None:
+                raise ValueError(f"{Path(model_path).name} lacks {arch}.{key}")
+            return default
+        return field.contents()
+
+    n_embd = int(get("embedding_length"))
+    n_head = int(get("attention.head_count"))
+    return HeadConfig(
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=int(get("attention.head_count_kv", n_head)),
+        n_ff=n_ff or int(get("feed_forward_length")),
+        target_hidden=n_embd,
+        draft_vocab=draft_vocab,
+        rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_base=float(get("rope.freq_base", 10000.0)),
+        layers=tuple(layers),  # type: ignore[arg-type]
+    )
+
+
+DRAFT_VOCAB_SIZES = (2048, 4096, 8192, 16384)
+
+
+def measure_draft_vocab(seqs: list, held_out: list, n_vocab: int, tolerance: float = 0.01) -> tuple[int, dict[int, float]]:
+    """The smallest draft vocabulary whose held-out coverage of the target's next token is within
+    `tolerance` of the largest candidate's: each doubling costs head bytes on every draft step."""
+    held = held_out or seqs
+    table = {}
+    for size in DRAFT_VOCAB_SIZES:
+        ids, _ = choose_draft_vocab(seqs, size, n_vocab)
+        member = np.zeros(n_vocab, dtype=bool)
+        member[ids] = True
+        tops = np.concatenate([top[:, 0] for _f, _t, top, _n in held])
+        table[size] = float(member[tops].mean())
+    best = max(table.values())
+    return next(size for size in DRAFT_VOCAB_SIZES if table[size] >= best - tolerance), table
+
+
 def load_sequences(folder: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     seqs = []
     for shard in iter_shards(folder):
@@ -176,7 +224,9 @@ def train_head(
     max_tokens: int = 1024,
     seed: int = 0,
     time_budget_s: float = 0.0,
+    n_ff: int = 0,
 ) -> dict:
+    """`draft_vocab` = 0 sizes the draft vocabulary by measurement (measure_draft_vocab)."""
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -186,8 +236,12 @@ def train_head(
     weights = target_tensors(model_path)
     embed = torch.from_numpy(weights["token_embd.weight"].astype(np.float32))
     n_vocab = embed.shape[0]
+    vocab_table: dict[int, float] = {}
+    if not draft_vocab:
+        draft_vocab, vocab_table = measure_draft_vocab(seqs, eval_seqs, n_vocab)
+        print(f"draft vocabulary {draft_vocab} (held-out coverage by size: {vocab_table})")
     ids, coverage = choose_draft_vocab(seqs, draft_vocab, n_vocab)
-    cfg = HeadConfig(draft_vocab=len(ids), layers=tuple(manifest["layers"]))
+    cfg = head_config(model_path, manifest["layers"], len(ids), n_ff)
     head = EagleHead(cfg, embed)
     head.d2t.copy_(torch.from_numpy(ids))
     t2d = torch.full((n_vocab,), -1, dtype=torch.long)
@@ -257,6 +311,7 @@ def train_head(
         "head": head,
         "cfg": cfg,
         "coverage": coverage,
+        "draft_vocab_heldout_coverage": vocab_table,
         "history": history,
         "train_tokens": int(sum(len(s[1]) for s in seqs)),
         "train_seqs": len(seqs),

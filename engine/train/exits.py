@@ -354,6 +354,27 @@ def fit_predictors(
     return out, metrics
 
 
+def head_cost_in_layers(model: Path) -> float:
+    """The full lm_head's cost in units of one layer: the bytes each reads per token (decode is
+    bound by weight reads on models of a billion parameters or more): 6.8 for Qwen2.5-Coder-1.5B. Small
+    models are not bandwidth-bound: by bytes SmolLM2-135M's head is 13.6 layers, by time ~3.7."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(model))
+    layer_bytes: dict[int, int] = {}
+    head = embd = 0
+    for t in reader.tensors:
+        if t.name.startswith("blk."):
+            lid = int(t.name.split(".")[1])
+            layer_bytes[lid] = layer_bytes.get(lid, 0) + int(t.n_bytes)
+        elif t.name == "output.weight":
+            head = int(t.n_bytes)
+        elif t.name == "token_embd.weight":
+            embd = int(t.n_bytes)
+    per_layer = sum(layer_bytes.values()) / max(1, len(layer_bytes))
+    return (head or embd) / per_layer
+
+
 def write_manifest_entry(manifest_path: Path, entry: dict) -> None:
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     manifest["exits"] = entry
@@ -401,13 +422,21 @@ def train_exits(
     n_dv = int(d2t[0].data.shape[0]) if d2t else 0
     vocab_size = len(GGUFReader(str(model)).fields["tokenizer.ggml.tokens"].data)
     preds, metrics = fit_predictors(
-        data, sha, precision=precision, epochs=epochs, n_dv=n_dv, vocab_size=vocab_size, vocab_precision=precision
+        data,
+        sha,
+        precision=precision,
+        epochs=epochs,
+        n_dv=n_dv,
+        vocab_size=vocab_size,
+        vocab_precision=precision,
+        head_cost=head_cost_in_layers(model),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     save_predictors(preds, out)
     entry = {
         "file": out.name,
-        "draft_bytes": head.stat().st_size,  # what drafting the candidates reads per token (planner)
+        "draft_bytes": head.stat().st_size,
+        "head_cost_layers": round(head_cost_in_layers(model), 2),  # what drafting the candidates reads per token (planner)
         "n_cand": preds.n_cand,
         "head": head.name,
         "prompts": len(prompts),

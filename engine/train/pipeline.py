@@ -36,6 +36,7 @@ def train_eagle(
     steps: int = 3,
     work: Path | None = None,
     time_budget_s: float = 0.0,
+    head_ff: int = 0,
 ) -> dict:
     info = inspect_gguf(model)
     if info.architecture not in ACCELERATED_ARCHS:
@@ -63,6 +64,7 @@ def train_eagle(
         draft_vocab=draft_vocab,
         steps=steps,
         time_budget_s=time_budget_s,
+        n_ff=head_ff,
     )
     head = result["head"]
     metrics: dict = {}
@@ -85,6 +87,12 @@ def train_eagle(
             "n_draft": steps,
             "draft_vocab": head.cfg.draft_vocab,
             "draft_vocab_coverage": round(result["coverage"], 4),
+            **(
+                {"draft_vocab_heldout_coverage": {str(k): round(v, 4) for k, v in result["draft_vocab_heldout_coverage"].items()}}
+                if result["draft_vocab_heldout_coverage"]
+                else {}
+            ),
+            "n_ff": head.cfg.n_ff,
             "layers": list(head.cfg.layers),
             "train_tokens": result["train_tokens"],
             "train_sequences": result["train_seqs"],

@@ -43,6 +43,15 @@ class DecisionCache:
     def get(self, key: str) -> dict | None:
         return self._all().get(key)
 
+    def speeds_like(self, key: str) -> dict[str, float]:
+        """Speeds measured for the same model, weights, build, machine and placement under any set of
+        modes: an explicitly chosen mode's meter can still show its ratio to vanilla."""
+        prefix = key.rsplit("|", 1)[0] + "|"
+        for other, entry in self._all().items():
+            if other.startswith(prefix) and entry.get("speeds"):
+                return dict(entry["speeds"])
+        return {}
+
     def put(self, key: str, mode: str, speeds: dict[str, float], failed: dict[str, str]) -> None:
         data = self._all()
         data[key] = {"mode": mode, "speeds": speeds, "failed": failed}

@@ -123,11 +123,12 @@ class Session:
             return "vanilla", VanillaDecoder(self.llm)
         model_path = Path(load.model_path)
         makers, why_not = self._available_modes(load, model_path)
+        key = self._auto_key(model_path, sorted(makers))
         if load.mode != "auto":
             if load.mode not in makers:
                 raise LoadError(*why_not[load.mode])
+            self.measured = self._decisions.speeds_like(key)
             return load.mode, makers[load.mode]()
-        key = self._auto_key(model_path, sorted(makers))
         cached = self._decisions.get(key)
         if cached is not None:
             self.measured = dict(cached["speeds"])
