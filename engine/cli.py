@@ -85,6 +85,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench.prompts import load_prompts
     from engine.bench.runner import print_report, run_bench, write_report
 
+    if args.cost_curve:
+        from engine.atomic import write_text_atomic
+        from engine.bench.cost_curve import report as cost_report
+        from engine.hardware import physical_cores
+
+        text, data = cost_report(resolve_model(args.model), args.threads or physical_cores())
+        print(text)
+        if args.json:
+            write_text_atomic(Path(args.json), json.dumps(data, indent=1))
+        return 0
     prompts = load_prompts(args.prompts)
     if args.limit:
         prompts = prompts[: args.limit]
@@ -348,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --gpu-layers: the first (SpecEE) or last (upstream) layers on the GPU")  # fmt: skip
     bench.add_argument("--peer-server", help="llama-server binary for peer modes (default: built by native/build.py --server)")
     bench.add_argument("--upstream-python", help="interpreter with plain upstream llama-cpp-python (for mode 'upstream')")
+    bench.add_argument("--cost-curve", action="store_true", help="instead: the cost of one decode call of n rows, and the floor")
     bench.add_argument("--json", help="write the full report here")
     bench.set_defaults(func=cmd_bench)
 

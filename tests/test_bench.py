@@ -76,3 +76,18 @@ def test_bench_reports_fidelity_per_mode(model_path: Path) -> None:
     for s in report["samples"]["specee"]:  # the untimed pass measured vanilla's gaps where specee diverged
         if s["tokens"] != vanilla[s["prompt_id"]]["tokens"]:
             assert len(vanilla[s["prompt_id"]]["margins"]) >= len(vanilla[s["prompt_id"]]["tokens"])
+
+
+def test_cost_curve_compares_both_kernel_layouts_with_the_floor(
+    model_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "curve.json"
+    assert cli(["bench", "--model", str(model_path), "--cost-curve", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "ours" in text and "repacked" in text and "physical floor of one token" in text
+    data = json.loads(out.read_text())
+    for curve in data["curves"].values():
+        ms = {int(n): v for n, v in curve.items()}
+        assert set(ms) == {1, 2, 4, 8, 16} and all(v > 0 for v in ms.values())
+        assert ms[16] > ms[1]  # sixteen rows never cost less than one
+    assert 0 < data["floor_ms"] < min(c["1"] for c in data["curves"].values())

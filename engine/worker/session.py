@@ -65,7 +65,7 @@ class Session:
             lib = native.lib()
             lib.specee_set_first_layers_on_gpu(max(placement.n_gpu_layers, 0), placement.output_on_gpu)
         try:
-            with _batch_invariant_weights():
+            with batch_invariant_weights():
                 self.llm = Llama(
                     model_path=str(Path(load.model_path)),
                     n_ctx=placement.n_ctx,
@@ -369,19 +369,20 @@ class Session:
 
 
 @contextlib.contextmanager
-def _batch_invariant_weights() -> Iterator[None]:
+def batch_invariant_weights(repack: bool | None = None) -> Iterator[None]:
     """The target's weights stay in their file layout: the CPU backend's runtime repacking (Q4_K,
     Q4_0, IQ4_NL ... into interleaved blocks) runs one-token decodes and multi-row batches through
     different kernels, so a verify batch drifted from vanilla (Qwen2.5-Coder-1.5B Q4_K_M: 7/20
     ngram answers identical) and vanilla itself depended on the cached prefix. llama-cpp-python
-    exposes no switch, so llama_model_default_params is wrapped while the target loads."""
+    exposes no switch, so llama_model_default_params is wrapped while the target loads. `repack`
+    True loads upstream's way (the bench's cost curve compares both)."""
     from llama_cpp import llama_cpp as bindings  # what llama.py's Llama calls
 
     original = bindings.llama_model_default_params
 
     def params():  # type: ignore[no-untyped-def]
         mp = original()
-        mp.use_extra_bufts = os.environ.get("SPECEE_CPU_REPACK") == "1"
+        mp.use_extra_bufts = os.environ.get("SPECEE_CPU_REPACK") == "1" if repack is None else repack
         return mp
 
     bindings.llama_model_default_params = params

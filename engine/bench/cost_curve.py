@@ -1,0 +1,109 @@
+"""`specee bench --cost-curve`: what one decode call of n rows (logits for every row, as a
+speculative verification needs) costs relative to n = 1, for the kernels our worker decodes with
+(weights in file layout, batch-invariant) and for upstream's repacked ones, next to the physical
+floor of one token: the bytes a decode step reads divided by the measured read bandwidth.
+
+Every accelerated lossless mode lives on this curve: a draft of k tokens pays off only if the
+verify call of k+1 rows costs less than the tokens it is expected to accept."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+SIZES = (1, 2, 4, 8, 16)
+PREFIX = 64  # a short conversation's worth of cached positions before the measured calls
+
+
+@dataclass
+class CostCurve:
+    kernels: str  # "ours" (file layout) or "repacked" (upstream's default on this CPU)
+    ms: dict[int, float] = field(default_factory=dict)  # median wall time of one call of n rows
+
+    def ratio(self, n: int) -> float:
+        return self.ms[n] / self.ms[1]
+
+
+def floor_ms(model_path: Path, bandwidth_gbs: float) -> tuple[float, int]:
+    """(ms, bytes): one token must read every layer and the lm_head once (the token embedding row
+    only), so weights / bandwidth bounds a memory-bound decode step from below."""
+    from engine.placement.model_facts import facts_from_gguf
+
+    facts = facts_from_gguf(model_path)
+    read = sum(facts.layer_bytes) + facts.output_bytes
+    return read / (bandwidth_gbs * 1e9) * 1e3, read
+
+
+def measure(model_path: Path, repack: bool, threads: int, sizes: tuple[int, ...] = SIZES, repeats: int = 7) -> CostCurve:
+    from llama_cpp import Llama
+    from llama_cpp import llama_cpp as C
+
+    from engine.worker.session import batch_invariant_weights
+
+    with batch_invariant_weights(repack):
+        llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False)
+    try:
+        ctx = llm._ctx.ctx
+        mem = C.llama_get_memory(ctx)
+        prefix = llm.tokenize(b"Write a Python function that parses an ISO date and explains each step." * 8)[:PREFIX]
+        tokens = llm.tokenize(b" the quick brown fox jumps over the lazy dog and keeps running far away", add_bos=False)
+        curve = CostCurve("repacked" if repack else "ours")
+        batch = C.llama_batch_init(max(len(prefix), max(sizes)), 0, 1)
+        try:
+
+            def decode(toks: list[int], start: int, all_logits: bool) -> float:
+                for i, tok in enumerate(toks):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
+                    batch.seq_id[i][0] = 0
+                    batch.logits[i] = all_logits or i == len(toks) - 1
+                batch.n_tokens = len(toks)
+                t0 = time.perf_counter()
+                if C.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed")
+                C.llama_get_logits(ctx)  # synchronises a GPU backend
+                return (time.perf_counter() - t0) * 1e3
+
+            decode(prefix, 0, False)
+            for n in tqdm(sizes, desc=f"cost curve ({curve.kernels} kernels)", unit="size", leave=False):
+                times = []
+                for r in range(repeats + 1):
+                    ms = decode([tokens[(r + i) % len(tokens)] for i in range(n)], len(prefix), True)
+                    C.llama_memory_seq_rm(mem, 0, len(prefix), -1)
+                    if r:  # the first call warms caches and allocates the output buffer
+                        times.append(ms)
+                curve.ms[n] = statistics.median(times)
+        finally:
+            C.llama_batch_free(batch)
+        return curve
+    finally:
+        llm.close()
+
+
+def report(model_path: Path, threads: int, sizes: tuple[int, ...] = SIZES) -> tuple[str, dict]:
+    from engine.placement.machine import measure_cpu_bandwidth
+
+    bandwidth = measure_cpu_bandwidth()
+    floor, read = floor_ms(model_path, bandwidth)
+    curves = [measure(model_path, False, threads, sizes), measure(model_path, True, threads, sizes)]
+    head = f"{'kernels':<10} {'n=1 ms':>8} " + " ".join(f"{f'n={n}':>7}" for n in sizes[1:])
+    lines = [
+        f"cost of one decode call of n rows (logits for every row), {model_path.name}, {threads} threads",
+        head,
+        *(f"{c.kernels:<10} {c.ms[1]:8.1f} " + " ".join(f"{c.ratio(n):6.2f}x" for n in sizes[1:]) for c in curves),
+        f"physical floor of one token: {read / 1e6:.0f} MB of weights / {bandwidth:.1f} GB/s = {floor:.1f} ms "
+        f"(ours at n=1: {curves[0].ms[1] / floor:.2f}x the floor)",
+        "per-token ms at n=16: " + ", ".join(f"{c.kernels} {c.ms[sizes[-1]] / sizes[-1]:.1f}" for c in curves),
+    ]
+    data = {
+        "model": model_path.name,
+        "threads": threads,
+        "bandwidth_gbs": bandwidth,
+        "floor_ms": floor,
+        "bytes_per_token": read,
+        "curves": {c.kernels: c.ms for c in curves},
+    }
+    return "\n".join(lines), data
