@@ -1,0 +1,68 @@
+"""Lossless speculation rests on one property of the CPU kernels: a row decoded inside a batch of n
+rows gets exactly the logits a one-token decode gives it. Checked on a K-quantised model (the
+types of the reference models), written by the test and quantised by llama.cpp itself."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_cpp import Llama
+from llama_cpp import llama_cpp as C
+
+from engine.worker.session import batch_invariant_weights
+from tests.tiny_models import write_tiny_gguf
+
+MAX_VERIFY_ROWS = 17  # the longest draft the worker accepts (16) plus the verified token
+
+
+@pytest.fixture(scope="module")
+def q4_k_model(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Path:
+    folder = tmp_path_factory.mktemp("kquant")
+    f32 = write_tiny_gguf(folder / "f32.gguf", "qwen2", n_layer=2, n_embd=256, n_ff=512, tokenizer_from=model_path)
+    out = folder / "q4_k_m.gguf"
+    params = C.llama_model_quantize_default_params()
+    params.ftype = C.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.nthread = 2
+    rc = C.llama_model_quantize(str(f32).encode(), str(out).encode(), ctypes.byref(params))
+    assert rc == 0
+    return out
+
+
+def _decode(llm: Llama, tokens: list[int], start: int, keep: bool) -> np.ndarray:
+    """Logits of every row of one decode call; `keep` = False drops the rows from the cache again."""
+    ctx, n_vocab = llm._ctx.ctx, llm._model.n_vocab()
+    batch = C.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for i, tok in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = 1
+        batch.n_tokens = len(tokens)
+        assert C.llama_decode(ctx, batch) == 0
+        logits = np.ctypeslib.as_array(C.llama_get_logits(ctx), shape=(len(tokens), n_vocab)).copy()
+    finally:
+        C.llama_batch_free(batch)
+    if not keep:
+        C.llama_memory_seq_rm(C.llama_get_memory(ctx), 0, start, -1)
+    return logits
+
+
+def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_model: Path) -> None:
+    with batch_invariant_weights():
+        llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    try:
+        prefix = list(range(100, 140))
+        _decode(llm, prefix, 0, keep=True)  # a cached conversation
+        drafts = list(range(300, 300 + MAX_VERIFY_ROWS))
+        one = _decode(llm, drafts[:1], len(prefix), keep=False)[0]
+        differ = [
+            n
+            for n in range(2, MAX_VERIFY_ROWS + 1)
+            if not np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one)
+        ]
+        assert differ == [], f"verify batches of {differ} rows change row 0's logits"
+    finally:
+        llm.close()
