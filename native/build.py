@@ -417,12 +417,26 @@ def build_server() -> Path:
     return target
 
 
+def converter_path() -> Path:
+    """llama.cpp's own Hugging Face -> GGUF converter (convert_hf_to_gguf.py, with its conversion/
+    package and gguf-py) in the pristine pinned sources, extracted on first use. The engine runs it
+    as a subprocess to import published EAGLE-3 heads (engine/models/head_convert.py); nothing of
+    it is copied into this repository."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    script = extract_pristine(root, fetch_sdist(root)) / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
+    if not script.is_file():
+        raise BuildError("converter", f"{script} is missing from the pinned sources", "delete the pristine-* folder and retry")
+    return script
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", action="store_true", help="build plain upstream (no patches) for comparisons")
     parser.add_argument("--force", action="store_true", help="rebuild even if a cached wheel exists")
     parser.add_argument("--print-key", action="store_true", help="print the build key and exit")
     parser.add_argument("--server", action="store_true", help="build upstream llama-server (the bench's peer) and print its path")
+    parser.add_argument("--converter", action="store_true", help="print the path of llama.cpp's HF -> GGUF converter")
     args = parser.parse_args(argv)
     try:
         if args.print_key:
@@ -430,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.server:
             print(build_server())
+            return 0
+        if args.converter:
+            print(converter_path())
             return 0
         build(upstream=args.upstream, force=args.force)
     except BuildError as exc:
