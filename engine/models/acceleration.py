@@ -41,6 +41,13 @@ class AccelerationPack:
         return self.folder / name if name else None
 
     @property
+    def eagle_measured(self) -> bool:
+        """Whether `auto` may consider the head: ours are trained and evaluated here; an imported one
+        (engine.models.head_import) only once the engine measured it on the development prompts."""
+        eagle = self.manifest.get("eagle", {})
+        return "source" not in eagle or "measured" in eagle
+
+    @property
     def exit_predictors(self) -> Path | None:
         name = self.manifest.get("exits", {}).get("file")
         return self.folder / name if name else None

@@ -168,6 +168,12 @@ class Session:
         pack = find_pack(model_path)
         head = pack.eagle_head if pack else None
         exits = pack.exit_predictors if pack else None
+        if pack is not None and head is not None and load.mode == "auto" and not pack.eagle_measured:
+            repo = pack.manifest["eagle"]["source"].get("repo", "REPO")
+            unmeasured = (f"auto does not use the EAGLE head imported from {repo} before the engine measured it: "
+                          f"`specee models import-head {model_path} {repo}` measures it (eagle mode works now)")  # fmt: skip
+            why_not["eagle"] = why_not["specee"] = ("not_measured", unmeasured)
+            return makers, why_not
 
         def missing(what: str, cmd: str) -> tuple[str, str]:
             return ("no_acceleration", f"No {what} is installed for {model_path.name}. Train it with "
