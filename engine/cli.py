@@ -141,6 +141,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     if args.action == "fetch":
         return _fetch_reference(args.path)
+    if args.action == "import-head":
+        return _import_head(args)
     if args.action == "add":
         path = Path(args.path).expanduser().resolve()
         info = inspect_gguf(path)
@@ -156,6 +158,44 @@ def cmd_models(args: argparse.Namespace) -> int:
     for m in records:
         state = "ok" if m.exists else "MISSING"
         print(f"{m.id:<40} {m.size / 1e6:>8.1f} MB  {state:<8} {m.path}")
+    return 0
+
+
+def _import_head(args: argparse.Namespace) -> int:
+    """`specee models import-head MODEL [REPO]`: a published EAGLE-3 head, converted, bound and measured."""
+    from engine.models.catalog import heads_for
+    from engine.models.head_import import HeadImportError, import_head
+
+    if not args.path:
+        print("specee models import-head: give a model (GGUF path or id) and the head's Hugging Face repo", file=sys.stderr)
+        return 2
+    model = resolve_model(args.path)
+    repo = args.repo
+    if not repo:
+        known = heads_for(inspect_gguf(model).name, model.name)
+        if not known:
+            print(f"specee models import-head: the catalog knows no head for {model.name}; give the head's Hugging Face repo",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        repo = known[0].head
+        print(f"[import-head] the catalog's head for {model.name}: {repo} (trained on {known[0].model})", file=sys.stderr)
+    try:
+        manifest = import_head(
+            model, repo, args.revision, force=args.force, measure=not args.no_measure, measure_prompts=args.measure_prompts,
+            max_tokens=args.max_tokens, progress=lambda msg: print(f"[import-head] {msg}", file=sys.stderr),
+        )  # fmt: skip
+    except HeadImportError as exc:
+        print(f"specee models import-head: {exc}", file=sys.stderr)
+        return 1
+    eagle = manifest["eagle"]
+    m = eagle.get("measured")
+    print(f"{repo} -> {eagle['file']} for {model.name} ({eagle['source']['layout']})")
+    if m:
+        print(f"measured on {m['prompts']} development prompts: acceptance length {m['acceptance_length_median']:.2f} tok/step, "
+              f"{m['accept_rate']:.0%} of drafts accepted, {m['speedup_vs_vanilla_median']:.2f}x vanilla, "
+              f"identical to vanilla {m['identical_to_vanilla']}")  # fmt: skip
+    else:
+        print("not measured: auto will not use it until `specee models import-head` runs again without --no-measure")
     return 0
 
 
@@ -362,9 +402,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write the full report here")
     bench.set_defaults(func=cmd_bench)
 
-    models = sub.add_parser("models", help="list, add or remove local models; fetch the reference models")
-    models.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove", "default", "fetch"])
-    models.add_argument("path", nargs="?", help="GGUF path (add), model id (remove) or reference model (fetch)")
+    models = sub.add_parser("models", help="list, add or remove local models; fetch the reference models; import EAGLE heads")
+    models.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove", "default", "fetch", "import-head"])
+    models.add_argument("path", nargs="?", help="GGUF path (add), model id (remove), reference model (fetch), model")
+    models.add_argument("repo", nargs="?", help="import-head: the head's Hugging Face repo (default: the catalog's)")
+    models.add_argument("--revision", help="import-head: branch, tag or commit of the head's repo (default: main)")
+    models.add_argument("--force", action="store_true", help="import-head: replace the model's existing EAGLE head")
+    models.add_argument("--no-measure", action="store_true", help="import-head: skip measuring (auto then ignores the head)")
+    models.add_argument("--measure-prompts", type=int, default=8, help="import-head: development prompts to measure on")
+    models.add_argument("--max-tokens", type=int, default=64, help="import-head: tokens per prompt when measuring")
     models.set_defaults(func=cmd_models)
 
     train = sub.add_parser("train", help="train acceleration weights for a model (needs the `train` extra)")
