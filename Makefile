@@ -20,9 +20,10 @@ $(VENV)/.deps-stamp: pyproject.toml
 run: setup
 	$(BIN)/specee-chat
 
-# Tests also cover the trainer, so they need the optional `train` extra (PyTorch, CPU).
+# Tests also cover the trainer and the head import, so they need the optional `train` and `heads` extras
+# (PyTorch on CPU; transformers and sentencepiece for llama.cpp's converter).
 $(VENV)/.train-stamp: $(VENV)/.deps-stamp
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,train]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,train,heads]'
 	touch $@
 
 test: setup lint $(VENV)/.train-stamp

@@ -18,6 +18,7 @@ class Repo:
     files: dict[str, Path]
     gated: bool = False
     sha: dict[str, str] = field(default_factory=dict)
+    commit: str = "0" * 40  # the revision every file is served at
 
 
 class HubServer:
@@ -59,7 +60,7 @@ class HubServer:
                          "lfs": {"sha256": repo.sha[name], "size": p.stat().st_size, "pointerSize": 134}}
                         for name, p in repo.files.items()
                     ]  # fmt: skip
-                    return self._json({"id": f"{parts[2]}/{parts[3]}", "modelId": f"{parts[2]}/{parts[3]}", "sha": "0" * 40,
+                    return self._json({"id": f"{parts[2]}/{parts[3]}", "modelId": f"{parts[2]}/{parts[3]}", "sha": repo.commit,
                                        "private": False, "siblings": siblings})  # fmt: skip
                 if len(parts) >= 5 and parts[2] == "resolve":
                     repo = server.repos.get(f"{parts[0]}/{parts[1]}")
@@ -70,6 +71,24 @@ class HubServer:
                         return self._json({"error": "Access to this model is restricted"}, 401)
                     return self._file(repo.files[name])
                 return self._json({"error": "unknown route"}, 404)
+
+            def do_HEAD(self) -> None:
+                """File metadata, as huggingface_hub's hf_hub_download asks for it before a download."""
+                path = unquote(urlparse(self.path).path)
+                server.requests.append((f"HEAD {path}", ""))
+                parts = path.strip("/").split("/")
+                repo = server.repos.get(f"{parts[0]}/{parts[1]}") if len(parts) >= 5 and parts[2] == "resolve" else None
+                name = "/".join(parts[4:])
+                if repo is None or name not in repo.files or (repo.gated and "Authorization" not in self.headers):
+                    self.send_response(404 if repo is None or name not in repo.files else 401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(repo.files[name].stat().st_size))
+                self.send_header("ETag", f'"{repo.sha[name]}"')
+                self.send_header("X-Repo-Commit", repo.commit)
+                self.end_headers()
 
             def _file(self, p: Path) -> None:
                 size = p.stat().st_size
@@ -119,7 +138,8 @@ class HubServer:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     h.update(block)
             sha[name] = h.hexdigest()
-        self.repos[repo_id] = Repo(files, gated, sha)
+        commit = hashlib.sha1("".join(sha[n] for n in sorted(sha)).encode()).hexdigest()
+        self.repos[repo_id] = Repo(files, gated, sha, commit)
 
     def __enter__(self) -> HubServer:
         self.thread.start()
