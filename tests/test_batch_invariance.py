@@ -50,8 +50,11 @@ def _decode(llm: Llama, tokens: list[int], start: int, keep: bool) -> np.ndarray
     return logits
 
 
-def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_model: Path) -> None:
-    with batch_invariant_weights():
+@pytest.mark.parametrize("repack", [False, True], ids=["file-layout", "repacked"])
+def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_model: Path, repack: bool) -> None:
+    """Both layouts the worker may load: the file layout (vec_dot; tiled only above 32 rows, patch
+    0007) and ggml's repacked Q4_K blocks (gemv and gemm rounding alike, patch 0008)."""
+    with batch_invariant_weights(repack):
         llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
         prefix = list(range(100, 140))
@@ -66,3 +69,11 @@ def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_mo
         assert differ == [], f"verify batches of {differ} rows change row 0's logits"
     finally:
         llm.close()
+
+
+def test_the_worker_repacks_only_where_the_kernels_are_batch_invariant(q4_k_model: Path, model_path: Path) -> None:
+    from engine.models.gguf_file import inspect_gguf
+    from engine.worker.weights_layout import repack_is_exact
+
+    assert repack_is_exact(inspect_gguf(q4_k_model))  # Q4_K (+ Q6_K, not repacked on x86)
+    assert not repack_is_exact(inspect_gguf(model_path))  # Q4_1: nothing to repack

@@ -84,7 +84,7 @@ def test_cost_curve_compares_both_kernel_layouts_with_the_floor(
     out = tmp_path / "curve.json"
     assert cli(["bench", "--model", str(model_path), "--cost-curve", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "ours" in text and "repacked" in text and "physical floor of one token" in text
+    assert "file layout" in text and "repacked" in text and "physical floor of one token" in text
     data = json.loads(out.read_text())
     for curve in data["curves"].values():
         ms = {int(n): v for n, v in curve.items()}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import ctypes
-import os
 import random
 import threading
 import time
@@ -27,6 +26,7 @@ from engine.paths import cache_dir
 from engine.worker import auto
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
+from engine.worker.weights_layout import repack_is_exact
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
@@ -65,7 +65,7 @@ class Session:
             lib = native.lib()
             lib.specee_set_first_layers_on_gpu(max(placement.n_gpu_layers, 0), placement.output_on_gpu)
         try:
-            with batch_invariant_weights():
+            with batch_invariant_weights(repack_is_exact(info)):
                 self.llm = Llama(
                     model_path=str(Path(load.model_path)),
                     n_ctx=placement.n_ctx,
@@ -375,20 +375,19 @@ class Session:
 
 
 @contextlib.contextmanager
-def batch_invariant_weights(repack: bool | None = None) -> Iterator[None]:
-    """The target's weights stay in their file layout: the CPU backend's runtime repacking (Q4_K,
-    Q4_0, IQ4_NL ... into interleaved blocks) runs one-token decodes and multi-row batches through
-    different kernels, so a verify batch drifted from vanilla (Qwen2.5-Coder-1.5B Q4_K_M: 7/20
-    ngram answers identical) and vanilla itself depended on the cached prefix. llama-cpp-python
-    exposes no switch, so llama_model_default_params is wrapped while the target loads. `repack`
-    True loads upstream's way (the bench's cost curve compares both)."""
+def batch_invariant_weights(repack: bool) -> Iterator[None]:
+    """Load the target with the CPU backend's runtime repacking on or off. Off, the weights stay in
+    their file layout and every batch size runs through the same vec_dot kernels; on only where the
+    repacked kernels are batch-invariant too (weights_layout.repack_is_exact). Before, a verify batch
+    drifted from vanilla (Qwen2.5-Coder-1.5B Q4_K_M: 7/20 ngram answers identical). llama-cpp-python
+    exposes no switch, so llama_model_default_params is wrapped while the target loads."""
     from llama_cpp import llama_cpp as bindings  # what llama.py's Llama calls
 
     original = bindings.llama_model_default_params
 
     def params():  # type: ignore[no-untyped-def]
         mp = original()
-        mp.use_extra_bufts = os.environ.get("SPECEE_CPU_REPACK") == "1" if repack is None else repack
+        mp.use_extra_bufts = repack
         return mp
 
     bindings.llama_model_default_params = params
