@@ -152,17 +152,17 @@ def _import(
     owned = work is None
     work = Path(tempfile.mkdtemp(prefix="head-import-", dir=cache_dir())) if work is None else work
     try:
-        commit, files = download_checkpoint(repo, revision, work / "checkpoint", progress)
-        ckpt = read_checkpoint(work / "checkpoint", repo)
-        check_fits(ckpt, repo, model.name, info.n_embd, n_vocab, info.n_layer)
-        progress(f"{repo}: {ckpt.layout}, draft vocabulary {ckpt.draft_vocab_size}")
         hparams = {
             "architectures": [f"{info.architecture}-gguf"],  # informative only: the converter reads the numbers
             "hidden_size": info.n_embd,
             "num_hidden_layers": info.n_layer,
             "num_attention_heads": int(info.arch_value("attention.head_count", 0)),
         }
-        write_hf_tokenizer(tokenizer, hparams, work / "target")
+        write_hf_tokenizer(tokenizer, hparams, work / "target")  # first: a tokenizer we cannot rebuild fails before any download
+        commit, files = download_checkpoint(repo, revision, work / "checkpoint", progress)
+        ckpt = read_checkpoint(work / "checkpoint", repo)
+        check_fits(ckpt, repo, model.name, info.n_embd, n_vocab, info.n_layer)
+        progress(f"{repo}: {ckpt.layout}, draft vocabulary {ckpt.draft_vocab_size}")
         progress("converting with llama.cpp's convert_hf_to_gguf.py")
         converted = run_converter(work / "checkpoint", work / "target", work / "converted.gguf", repo, progress)
         source = {
@@ -237,6 +237,9 @@ def measure_pack(
         "vanilla_decode_tok_s_median": vanilla["decode_tok_s_median"],
         "speedup_vs_vanilla_median": eagle.get("decode_speedup_vs_vanilla_median", 0.0),
         "identical_to_vanilla": eagle.get("identical_to_vanilla", ""),
+        # lossless: 0 and 0 (on a GPU an answer may still differ where vanilla's top two logits tie)
+        "non_tie_divergences": eagle.get("non_tie_divergences", 0),
+        "early_endings": eagle.get("early_endings", 0),
         "placement": eagle["placement"],
         "build_key": eagle["build_key"],
         "measured": report["time"],
