@@ -22,8 +22,9 @@ from pathlib import Path
 
 from engine.atomic import write_text_atomic
 from engine.hashing import sha256_file
+from engine.models import download as hub
 from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationPack, find_pack, model_sha256
-from engine.models.download import DownloadError, _api, _hub_error, _token, endpoint
+from engine.models.download import DownloadError
 from engine.models.gguf_fields import read_header
 from engine.models.gguf_file import inspect_gguf
 from engine.models.head_checkpoint import CheckpointError, check_fits, read_checkpoint
@@ -65,9 +66,9 @@ def download_checkpoint(repo: str, revision: str | None, dest: Path, progress: P
     from huggingface_hub import hf_hub_download
 
     try:
-        info = _api().model_info(repo, revision=revision, files_metadata=True)
+        info = hub._api().model_info(repo, revision=revision, files_metadata=True)
     except Exception as exc:
-        raise _hub_error(exc, repo + (f" at revision {revision}" if revision else "")) from None
+        raise hub._hub_error(exc, repo + (f" at revision {revision}" if revision else "")) from None
     siblings = [s for s in info.siblings or [] if any(fnmatch.fnmatch(s.rfilename, pat) for pat in WANTED)]
     if not any(s.rfilename == "config.json" for s in siblings):
         raise CheckpointError("not_a_head", f"{repo} has no config.json: it is not a Hugging Face model checkpoint.")
@@ -77,9 +78,11 @@ def download_checkpoint(repo: str, revision: str | None, dest: Path, progress: P
         size = s.size or (s.lfs.size if s.lfs else 0) or 0
         progress(f"downloading {s.rfilename} ({size / 1e6:.1f} MB)")
         try:
-            path = Path(hf_hub_download(repo, s.rfilename, revision=commit, local_dir=dest, endpoint=endpoint(), token=_token()))
+            path = Path(
+                hf_hub_download(repo, s.rfilename, revision=commit, local_dir=dest, endpoint=hub.endpoint(), token=hub._token())
+            )
         except Exception as exc:
-            raise _hub_error(exc, f"{repo}/{s.rfilename}") from None
+            raise hub._hub_error(exc, f"{repo}/{s.rfilename}") from None
         sha = sha256_file(path)
         want = s.lfs.sha256 if s.lfs else None
         if want and sha != want:
