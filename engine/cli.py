@@ -105,11 +105,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("specee bench: --layout first|last needs --gpu-layers N", file=sys.stderr)
         return 2
     layout = "last" if args.gpu_layers is not None and args.layout == "auto" else args.layout
-    report = run_bench(
-        str(resolve_model(args.model)), prompts, modes, args.max_tokens, args.warmup, args.ctx, args.threads,
-        args.upstream_python, n_gpu_layers=args.gpu_layers, layout=layout, peer_server=_peer_server(args, modes),
-    )  # fmt: skip
+
+    def bench() -> dict:
+        return run_bench(
+            str(resolve_model(args.model)), prompts, modes, args.max_tokens, args.warmup, args.ctx, args.threads,
+            args.upstream_python, n_gpu_layers=args.gpu_layers, layout=layout, peer_server=_peer_server(args, modes),
+        )  # fmt: skip
+
+    report = bench()
     print_report(report)
+    if args.hog:
+        from engine.bench.contention import busy_neighbour, compare
+
+        with busy_neighbour():
+            busy = bench()
+        print("\nthe same with a busy-loop process beside it:")
+        print_report(busy)
+        print(compare(report, busy))
+        report = {**report, "with_busy_neighbour": busy}
     if args.json:
         write_report(report, args.json)
         print(f"report written to {args.json}", file=sys.stderr)
@@ -399,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--peer-server", help="llama-server binary for peer modes (default: built by native/build.py --server)")
     bench.add_argument("--upstream-python", help="interpreter with plain upstream llama-cpp-python (for mode 'upstream')")
     bench.add_argument("--cost-curve", action="store_true", help="instead: the cost of one decode call of n rows, and the floor")
+    bench.add_argument("--hog", action="store_true", help="run again beside a busy-loop process: slowdown per mode")
     bench.add_argument("--json", help="write the full report here")
     bench.set_defaults(func=cmd_bench)
 

@@ -236,6 +236,7 @@ class Stats(Message):
     prefill_tok_s: float = 0.0
     decode_tok_s: float = 0.0
     n_ctx_used: int = 0
+    n_threads: int = 0  # decode threads in use: fewer than the cores while another process is busy
     # Mode-specific: eagle -> acceptance_length (tokens per target pass), accept_rate, drafted,
     # accepted, draft/verify/feed ms per step.
     accel: dict[str, float] = field(default_factory=dict)

@@ -26,6 +26,7 @@ from engine.paths import cache_dir
 from engine.worker import auto
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
+from engine.worker.threads import ThreadGovernor
 from engine.worker.weights_layout import repack_is_exact
 
 Emit = Callable[[p.Message], None]
@@ -50,6 +51,7 @@ class Session:
         placement, self.plan, predicted = resolve_placement(load)
         self.placement = placement
         self.n_threads = placement.n_threads or physical_cores()
+        self._governor: ThreadGovernor | None = None  # auto threads: follow what other processes leave free
         if not 0 <= load.n_draft <= 16:
             raise LoadError("bad_settings", f"draft chain length must be 0 (the head's default) to 16, got {load.n_draft}")
         if not 0 <= load.exit_check_every <= 1_000_000:
@@ -85,6 +87,9 @@ class Session:
             if lib is not None:
                 lib.specee_set_first_layers_on_gpu(-1, False)  # later loads (the EAGLE head) keep upstream's
         self.info = info
+        if not placement.n_threads and self.n_threads > 1:
+            ctx = self.llm._ctx.ctx
+            self._governor = ThreadGovernor(lambda n: llama_cpp.llama_set_n_threads(ctx, n, n), self.n_threads)
         model = self.llm._model
         self._vocab = model.vocab
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
@@ -332,12 +337,18 @@ class Session:
                 prefill_tok_s=prefill_n / max(now_first - t0, 1e-9),
                 decode_tok_s=decode,
                 n_ctx_used=self.decoder.kv_used(),
+                n_threads=self._governor.current if self._governor else self.n_threads,
                 accel=self.decoder.accel_stats(),
             )
 
         margins: list[float] = []
         gen = self.decoder.stream(tokens, s)
+        governor = self._governor
+        if governor is not None:
+            governor.restart()
         for tok in gen:
+            if governor is not None:
+                governor.tick()
             now = time.perf_counter()
             if not t_first:
                 t_first = now
