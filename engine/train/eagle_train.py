@@ -7,7 +7,7 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -75,21 +75,39 @@ def head_config(model_path: str, layers: list[int], draft_vocab: int, n_ff: int 
 
 
 DRAFT_VOCAB_SIZES = (2048, 4096, 8192, 16384)
+MAX_HEAD_BYTES = 50_000_000  # shipped files stay under 50 MB
+Q8_0_BYTES_PER_WEIGHT = 34 / 32
 
 
-def measure_draft_vocab(seqs: list, held_out: list, n_vocab: int, tolerance: float = 0.01) -> tuple[int, dict[int, float]]:
+def tokenizer_bytes(model_path: str) -> int:
+    """What the target's tokenizer adds to the head's file (the export copies it)."""
+    fields = GGUFReader(model_path).fields
+    return sum(sum(part.nbytes for part in f.parts) for key, f in fields.items() if key.startswith("tokenizer."))
+
+
+def head_bytes(cfg: HeadConfig) -> int:
+    """The exported GGUF's matrices in Q8_0 (add tokenizer_bytes for the file)."""
+    e, hd = cfg.n_embd, cfg.n_embd // cfg.n_head
+    weights = 3 * cfg.target_hidden * e + 2 * e * (cfg.n_head + 2 * cfg.n_head_kv) * hd + cfg.n_head * hd * e
+    weights += 3 * e * cfg.n_ff + cfg.draft_vocab * e
+    return int(weights * Q8_0_BYTES_PER_WEIGHT)
+
+
+def measure_draft_vocab(
+    seqs: list, held_out: list, n_vocab: int, tolerance: float = 0.01, sizes: tuple[int, ...] = DRAFT_VOCAB_SIZES
+) -> tuple[int, dict[int, float]]:
     """The smallest draft vocabulary whose held-out coverage of the target's next token is within
     `tolerance` of the largest candidate's: each doubling costs head bytes on every draft step."""
     held = held_out or seqs
     table = {}
-    for size in DRAFT_VOCAB_SIZES:
+    for size in sizes:
         ids, _ = choose_draft_vocab(seqs, size, n_vocab)
         member = np.zeros(n_vocab, dtype=bool)
         member[ids] = True
         tops = np.concatenate([top[:, 0] for _f, _t, top, _n in held])
         table[size] = float(member[tops].mean())
     best = max(table.values())
-    return next(size for size in DRAFT_VOCAB_SIZES if table[size] >= best - tolerance), table
+    return next(size for size in sizes if table[size] >= best - tolerance), table
 
 
 def load_sequences(folder: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
@@ -238,7 +256,10 @@ def train_head(
     n_vocab = embed.shape[0]
     vocab_table: dict[int, float] = {}
     if not draft_vocab:
-        draft_vocab, vocab_table = measure_draft_vocab(seqs, eval_seqs, n_vocab)
+        shape = head_config(model_path, manifest["layers"], 0, n_ff)
+        budget = MAX_HEAD_BYTES - tokenizer_bytes(model_path)
+        fits = tuple(v for v in DRAFT_VOCAB_SIZES if head_bytes(replace(shape, draft_vocab=v)) <= budget)
+        draft_vocab, vocab_table = measure_draft_vocab(seqs, eval_seqs, n_vocab, sizes=fits or DRAFT_VOCAB_SIZES[:1])
         print(f"draft vocabulary {draft_vocab} (held-out coverage by size: {vocab_table})")
     ids, coverage = choose_draft_vocab(seqs, draft_vocab, n_vocab)
     cfg = head_config(model_path, manifest["layers"], len(ids), n_ff)
