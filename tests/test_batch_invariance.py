@@ -73,7 +73,7 @@ def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_mo
 
 def test_the_worker_repacks_only_where_the_kernels_are_batch_invariant(q4_k_model: Path, model_path: Path) -> None:
     from engine.models.gguf_file import inspect_gguf
-    from engine.worker.weights_layout import repack_is_exact
+    from engine.placement.weights_layout import repack_is_exact
 
     assert repack_is_exact(inspect_gguf(q4_k_model))  # Q4_K (+ Q6_K, not repacked on x86)
     assert not repack_is_exact(inspect_gguf(model_path))  # Q4_1: nothing to repack

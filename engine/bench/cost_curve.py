@@ -90,7 +90,7 @@ def report(model_path: Path, threads: int, sizes: tuple[int, ...] = SIZES) -> tu
     floor, read = floor_ms(model_path, bandwidth)
     curves = [measure(model_path, False, threads, sizes), measure(model_path, True, threads, sizes)]
     from engine.models.gguf_file import inspect_gguf
-    from engine.worker.weights_layout import repack_is_exact
+    from engine.placement.weights_layout import repack_is_exact
 
     used = "repacked" if repack_is_exact(inspect_gguf(model_path)) else "file layout"
     head = f"{'kernels':<12} {'n=1 ms':>8} " + " ".join(f"{f'n={n}':>7}" for n in sizes[1:])

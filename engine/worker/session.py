@@ -23,11 +23,11 @@ from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.native import build_info
 from engine.paths import cache_dir
+from engine.placement.weights_layout import repack_is_exact
 from engine.worker import auto
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
 from engine.worker.threads import ThreadGovernor
-from engine.worker.weights_layout import repack_is_exact
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
