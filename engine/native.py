@@ -71,6 +71,7 @@ def lib() -> ctypes.CDLL:
         "specee_last_error": ([], ctypes.c_char_p),
         "specee_eagle_init": ([vp, vp, i32, i32], vp),
         "specee_eagle_free": ([vp], None),
+        "specee_eagle_set_threads": ([vp, i32], None),
         "specee_eagle_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
         "specee_eagle_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(EagleStats)], i32),
         "specee_eagle_n_past": ([vp], i32),
@@ -124,6 +125,7 @@ def spec_lib() -> ctypes.CDLL:
     sigs = {
         "specee_spec_init": ([vp, ctypes.c_char_p, vp, i32, i32], vp),
         "specee_spec_free": ([vp], None),
+        "specee_spec_set_threads": ([vp, i32], None),
         "specee_spec_last_error": ([], ctypes.c_char_p),
         "specee_spec_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
         "specee_spec_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(SpecStats)], i32),

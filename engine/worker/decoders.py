@@ -26,6 +26,7 @@ class Decoder(Protocol):
     def kv_used(self) -> int: ...
     def accel_stats(self) -> dict[str, float]: ...
     def forget(self) -> None: ...  # drop the KV prefix bookkeeping (another decoder used the context)
+    def set_threads(self, n: int) -> None: ...  # a draft context's threads (the target's are the worker's)
     def close(self) -> None: ...
     # gap between the top two logits the last token was chosen from; nan where the mode does not know it
     def last_margin(self) -> float: ...
@@ -78,6 +79,9 @@ class VanillaDecoder:
     def forget(self) -> None:
         self.llm.reset()
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.llm._ctx.ctx), True)
+
+    def set_threads(self, n: int) -> None:
+        pass  # no context of its own
 
     def close(self) -> None:
         pass
@@ -172,6 +176,10 @@ class EagleDecoder:
             out["feed_ms_per_step"] = st.t_feed_ms / steps
         return out
 
+    def set_threads(self, n: int) -> None:
+        if self._eagle:
+            self.lib.specee_eagle_set_threads(self._eagle, n)
+
     def close(self) -> None:
         if self._eagle:
             self.lib.specee_eagle_free(self._eagle)
@@ -222,6 +230,10 @@ class SpecDecoder(EagleDecoder):
 
     def _error(self) -> str:
         return self.lib.specee_spec_last_error().decode()
+
+    def set_threads(self, n: int) -> None:
+        if self._eagle:
+            self.lib.specee_spec_set_threads(self._eagle, n)
 
     def close(self) -> None:
         if self._eagle:

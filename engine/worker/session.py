@@ -88,8 +88,7 @@ class Session:
                 lib.specee_set_first_layers_on_gpu(-1, False)  # later loads (the EAGLE head) keep upstream's
         self.info = info
         if not placement.n_threads and self.n_threads > 1:
-            ctx = self.llm._ctx.ctx
-            self._governor = ThreadGovernor(lambda n: llama_cpp.llama_set_n_threads(ctx, n, n), self.n_threads)
+            self._governor = ThreadGovernor(self._set_threads, self.n_threads)
         model = self.llm._model
         self._vocab = model.vocab
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
@@ -290,6 +289,10 @@ class Session:
         n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
         return self._piece_buf.raw[: max(n, 0)]
 
+    def _set_threads(self, n: int) -> None:
+        llama_cpp.llama_set_n_threads(self.llm._ctx.ctx, n, n)
+        self.decoder.set_threads(n)
+
     def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
         s = req.sampling
         n_ctx = self.llm.n_ctx()
@@ -346,6 +349,7 @@ class Session:
         governor = self._governor
         if governor is not None:
             governor.restart()
+            self.decoder.set_threads(governor.current)  # a decoder made since keeps the count
         for tok in gen:
             if governor is not None:
                 governor.tick()

@@ -85,6 +85,12 @@ specee_eagle * specee_eagle_init(llama_context * ctx_tgt, llama_model * draft, i
     return e;
 }
 
+void specee_eagle_set_threads(specee_eagle * e, int32_t n_threads) {
+    if (e != nullptr && e->dft != nullptr) {
+        llama_set_n_threads(e->dft, n_threads, n_threads);
+    }
+}
+
 void specee_eagle_free(specee_eagle * e) {
     if (e == nullptr) {
         return;

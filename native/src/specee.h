@@ -36,6 +36,8 @@ struct specee_eagle_stats {
 LLAMA_API struct specee_eagle * specee_eagle_init(struct llama_context * ctx_tgt, struct llama_model * draft,
                                                   int32_t n_draft, int32_t n_threads);
 LLAMA_API void specee_eagle_free(struct specee_eagle * e);
+// The draft context's threads (the worker lowers them with the target's while another process is busy).
+LLAMA_API void specee_eagle_set_threads(struct specee_eagle * e, int32_t n_threads);
 
 // Decode tokens[n_keep-1 .. n) on the target (its KV must hold tokens[0 .. n_keep)), feed the
 // head, and sample the first answer token with smpl. Returns it, or -1 on error.
@@ -152,6 +154,7 @@ struct specee_spec_stats {
 LLAMA_API struct specee_spec * specee_spec_init(struct llama_context * ctx_tgt, const char * type, struct llama_model * draft_model,
                                                 int32_t n_draft, int32_t n_threads);
 LLAMA_API void specee_spec_free(struct specee_spec * s);
+LLAMA_API void specee_spec_set_threads(struct specee_spec * s, int32_t n_threads);  // as specee_eagle_set_threads
 LLAMA_API const char * specee_spec_last_error(void);
 // As specee_eagle_prefill / specee_eagle_step / specee_eagle_n_past.
 LLAMA_API llama_token specee_spec_prefill(struct specee_spec * s, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,

@@ -103,6 +103,12 @@ specee_spec * specee_spec_init(llama_context * ctx_tgt, const char * type, llama
     return s;
 }
 
+void specee_spec_set_threads(specee_spec * s, int32_t n_threads) {
+    if (s != nullptr && s->dft != nullptr) {
+        llama_set_n_threads(s->dft, n_threads, n_threads);
+    }
+}
+
 void specee_spec_free(specee_spec * s) {
     if (s == nullptr) {
         return;
