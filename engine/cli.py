@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="vanilla",
         help="comma-separated: vanilla, eagle, eagle:N, specee, specee:check, specee:nofill, specee:noexit, ngram, "
         "ngram:<llama.cpp n-gram type>, draft, draft:N, auto, upstream, peer (upstream llama-server), "
-        "peer:<llama.cpp drafter>, peer:draft",
+        "peer:<llama.cpp drafter>, peer:draft, peer:eagle3",
     )
     bench.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/dev.jsonl"))
     bench.add_argument("--max-tokens", type=int, default=64)

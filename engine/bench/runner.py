@@ -250,6 +250,13 @@ class _Peer:
             if draft is None:
                 raise SystemExit(f"peer:draft needs a draft model with {model.name}'s tokenizer installed")
             spec = ["--spec-type", "draft-simple", "-md", str(draft), "-ngld", "0"]
+        elif drafter == "eagle3":  # the same EAGLE-3 head our eagle mode uses, in llama.cpp's own loop
+            from engine.models.acceleration import find_pack
+
+            pack = find_pack(model)
+            if pack is None or pack.eagle_head is None:
+                raise SystemExit(f"peer:eagle3 needs an EAGLE-3 head installed for {model.name}")
+            spec = ["--spec-type", "draft-eagle3", "-md", str(pack.eagle_head), "-ngld", "0"]
         elif drafter:
             spec = ["--spec-type", drafter]
         threads = n_threads or physical_cores()
