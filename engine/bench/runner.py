@@ -15,7 +15,7 @@ from tqdm import tqdm
 from engine import protocol as p
 from engine.bench.fidelity import TIE_GAP, ended_early, first_divergence
 from engine.bench.prompts import BenchPrompt
-from engine.client import WorkerClient
+from engine.client import WorkerClient, WorkerError
 from engine.models.acceleration import find_pack
 from engine.sequences import common_prefix
 
@@ -46,6 +46,7 @@ class ModeReport:
     head_eval: dict = field(default_factory=dict)  # the shipped head's offline hit rates (manifest)
     loaded: p.Loaded = field(default_factory=p.Loaded)
     unrepeatable: list[str] = field(default_factory=list)  # vanilla: prompts whose re-run differed
+    failed: str = ""  # why the mode stopped answering (a crashed peer server, a dead worker)
 
     def summary(self, reference: ModeReport | None) -> dict:
         decode = [s.decode_tok_s for s in self.samples if s.decode_tok_s > 0]
@@ -70,6 +71,8 @@ class ModeReport:
                 out[f"{key}_median"] = _median(values)
         if self.unrepeatable:
             out["vanilla_unrepeatable"] = self.unrepeatable
+        if self.failed:
+            out["failed"] = self.failed
         if self.mode.startswith("specee"):
             out.update(_specee_summary(self.samples))
         if self.head_eval:
@@ -202,15 +205,29 @@ def run_bench(
                 reports[mode].head_eval = pack.manifest.get("eagle", {}).get("dev_eval", {}) if pack else {}
         sampling = p.Sampling.greedy(max_tokens)
 
-        def sample(mode: str, prompt: BenchPrompt) -> Sample:
-            return peers[mode].run(prompt) if mode in peers else _run_one(clients[mode], prompt, sampling)
+        active = list(modes)
+
+        def sample(mode: str, prompt: BenchPrompt) -> Sample | None:
+            """One answer; a mode that fails (its server crashed) is reported and dropped, the others go on."""
+            from engine.bench.peer import PeerError
+
+            try:
+                return peers[mode].run(prompt) if mode in peers else _run_one(clients[mode], prompt, sampling)
+            except (PeerError, WorkerError) as exc:
+                if mode == "vanilla":
+                    raise
+                reports[mode].failed = f"{prompt.id}: {exc}"
+                active.remove(mode)
+                return None
 
         for prompt in prompts[:warmup]:
-            for mode in modes:
+            for mode in list(active):
                 sample(mode, prompt)
         for prompt in tqdm(prompts, desc="bench", unit="prompt", file=sys.stderr):
-            for mode in modes:
-                reports[mode].samples.append(sample(mode, prompt))
+            for mode in list(active):
+                got = sample(mode, prompt)
+                if got is not None:
+                    reports[mode].samples.append(got)
         if "vanilla" in reports:
             _vanilla_margins(clients["vanilla"], reports, prompts, sampling)
     finally:
@@ -330,6 +347,8 @@ def print_report(report: dict) -> None:
         ratio = m.get("decode_speedup_vs_vanilla_median")
         print(f"{m['mode']:<12}{m['decode_tok_s_median']:>14.1f}{m['prefill_tok_s_median']:>15.1f}{m['ttft_ms_median']:>10.1f}"
               f"{(f'{ratio:.3f}x' if ratio else '1.000x'):>12}{m.get('identical_to_vanilla', '-'):>11}")  # fmt: skip
+        if m.get("failed"):
+            print(f"  FAILED, dropped from the run: {m['failed'][:300]}")
         if m.get("vanilla_unrepeatable"):
             n = len(m["vanilla_unrepeatable"])
             print(f"  vanilla itself gave another answer on {n} re-run prompts (batch-shape-dependent kernels):"
