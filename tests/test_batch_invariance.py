@@ -52,7 +52,7 @@ def _decode(llm: Llama, tokens: list[int], start: int, keep: bool) -> np.ndarray
 
 @pytest.mark.parametrize("repack", [False, True], ids=["file-layout", "repacked"])
 def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_model: Path, repack: bool) -> None:
-    """Both layouts the worker may load: the file layout (vec_dot; tiled only above 32 rows, patch
+    """Both layouts the worker may load: the file layout (vec_dot; never ggml's tiled matmul, patch
     0007) and ggml's repacked Q4_K blocks (gemv and gemm rounding alike, patch 0008)."""
     with batch_invariant_weights(repack):
         llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
@@ -67,6 +67,22 @@ def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_mo
             if not np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one)
         ]
         assert differ == [], f"verify batches of {differ} rows change row 0's logits"
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("repack", [False, True], ids=["file-layout", "repacked"])
+def test_a_prompt_gets_the_same_logits_whatever_its_chunks(q4_k_model: Path, repack: bool) -> None:
+    """60 tokens in one batch or as 21 + 39 (another cached prefix): every row identical. ggml's
+    tiled matmul (batches of 8+ rows, K-quants not repacked) broke this: patch 0007 turns it off."""
+    with batch_invariant_weights(repack):
+        llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    try:
+        tokens = list(range(200, 260))
+        whole = _decode(llm, tokens, 0, keep=False)
+        chunked = np.concatenate([_decode(llm, tokens[:21], 0, keep=True), _decode(llm, tokens[21:], 21, keep=False)])
+        differ = [i for i in range(len(tokens)) if not np.array_equal(whole[i], chunked[i])]
+        assert differ == [], f"rows {differ[:10]} depend on the chunking"
     finally:
         llm.close()
 
