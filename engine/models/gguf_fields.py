@@ -119,6 +119,18 @@ def read_header(path: Path, keep: Callable[[str], bool] = lambda key: True) -> G
     return GGUFHeader(fields, tensors, (pos + align - 1) // align * align)
 
 
+def finish_atomically(w: GGUFWriter, tmp: Path, out: Path) -> Path:
+    """Write a GGUFWriter opened on `tmp` to disk, sync it and move it to `out` in one step."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    tmp.replace(out)
+    return out
+
+
 def rewrite(src: Path, out: Path, arch: str, fields: list[GGUFField]) -> Path:
     """Write `src`'s tensors, unchanged, with exactly `fields` as metadata (general.architecture =
     `arch` first) to `out`, atomically."""
@@ -141,11 +153,4 @@ def rewrite(src: Path, out: Path, arch: str, fields: list[GGUFField]) -> Path:
             w.add_tensor(t.name, raw.view(_NUMPY[t.ttype]).reshape(shape))
         else:  # quantized or bf16: rows of raw bytes, the writer derives the element shape
             w.add_tensor(t.name, raw.reshape([*shape[:-1], -1]), raw_dtype=GGMLQuantizationType(t.ttype))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    tmp.replace(out)
-    return out
+    return finish_atomically(w, tmp, out)

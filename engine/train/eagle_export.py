@@ -9,12 +9,12 @@ ties the head to its target so a head for another model is refused.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
 
+from engine.models.gguf_fields import finish_atomically
 from engine.train.eagle_head import EagleHead
 
 ARCH = "eagle3"
@@ -95,11 +95,4 @@ def export_head(
         else:
             w.add_tensor(name, array)
     w.add_tensor("d2t", head.d2t.cpu().numpy().astype(np.int64), raw_dtype=GGMLQuantizationType.I64)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    tmp.replace(out)
-    return out
+    return finish_atomically(w, tmp, out)
