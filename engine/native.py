@@ -135,6 +135,64 @@ def spec_lib() -> ctypes.CDLL:
     return _bind(handle, sigs)
 
 
+@cache
+def cpu_lib() -> ctypes.CDLL | None:
+    """ggml's CPU backend, for the switch of our multi-column kernels (patch 0009,
+    native/src/kernels/multicol.h); None for a build without them."""
+    require_patched()
+    import llama_cpp
+
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    # the copy libllama loaded: the wheel holds libggml-cpu.so and .so.0 as two files, and a
+    # switch flipped in the other copy would change nothing
+    loaded = _loaded_library_path("ggml-cpu")
+    by_soname = sorted(folder.glob("libggml-cpu.so.*"), key=lambda p: len(p.name))
+    found = [loaded] if loaded else by_soname + sorted(folder.glob("*ggml-cpu.*"))
+    if not found:
+        return None
+    handle = ctypes.CDLL(str(found[0]))
+    if not hasattr(handle, "specee_multicol_set"):
+        return None
+    sigs = {
+        "specee_multicol_set": ([ctypes.c_bool], None),
+        "specee_multicol_available": ([], ctypes.c_bool),
+        "specee_multicol_rows": ([], ctypes.c_int64),
+    }
+    return _bind(handle, sigs)
+
+
+def _loaded_library_path(name: str) -> Path | None:
+    """The file of an already loaded shared library whose name contains `name` (Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if name in Path(path).name and path.startswith("/"):
+                    return Path(path)
+    except OSError:
+        pass
+    return None
+
+
+def multicol_available() -> bool:
+    """Whether this build's CPU kernels compute small batches several rows at a time."""
+    handle = cpu_lib()
+    return bool(handle and handle.specee_multicol_available())
+
+
+def multicol_rows() -> int:
+    """Weight rows the multi-column kernels have computed in this process so far."""
+    handle = cpu_lib()
+    return int(handle.specee_multicol_rows()) if handle else 0
+
+
+def set_multicol(on: bool) -> None:
+    """Turn the multi-column kernels on or off for the following decodes (measurements only)."""
+    handle = cpu_lib()
+    if handle is not None:
+        handle.specee_multicol_set(on)
+
+
 class EagleStats(ctypes.Structure):
     """native/src/specee.h: struct specee_eagle_stats."""
 

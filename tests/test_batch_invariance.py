@@ -93,3 +93,36 @@ def test_the_worker_repacks_only_where_the_kernels_are_batch_invariant(q4_k_mode
 
     assert repack_is_exact(inspect_gguf(q4_k_model))  # Q4_K (+ Q6_K, not repacked on x86)
     assert not repack_is_exact(inspect_gguf(model_path))  # Q4_1: nothing to repack
+
+
+@pytest.mark.parametrize("which", ["q4_k_m", "default-q4_1"])
+def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: str, q4_k_model: Path, model_path: Path) -> None:
+    """Patch 0009: a verify batch takes each weight row against up to four activation rows at once;
+    every row's logits must equal, bit for bit, ggml's own one-row vec_dot on the same batch
+    (Q4_K/Q6_K here, Q4_1/Q8_0 in the default model; Q5_0 is covered by kernel-bench)."""
+    import platform
+
+    from engine.native import multicol_available, multicol_rows, set_multicol
+
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert multicol_available(), "this x86 build should carry the AVX2 multi-column kernels"
+    if not multicol_available():
+        pytest.skip("no multi-column kernels for this CPU")
+    path = q4_k_model if which == "q4_k_m" else model_path
+    with batch_invariant_weights(False):
+        llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    try:
+        _decode(llm, list(range(100, 140)), 0, keep=True)
+        drafts = list(range(300, 306))
+        for n in (2, 3, 4, 6):
+            set_multicol(False)
+            before = multicol_rows()
+            ggml = _decode(llm, drafts[:n], 40, keep=False)
+            assert multicol_rows() == before  # switched off: ggml's vec_dot did it all
+            set_multicol(True)
+            ours = _decode(llm, drafts[:n], 40, keep=False)
+            assert multicol_rows() > before  # and this batch did go through our kernels
+            assert np.array_equal(ours, ggml), f"{n} rows: the multi-column kernels round differently"
+    finally:
+        set_multicol(True)
+        llm.close()

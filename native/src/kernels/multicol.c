@@ -1,0 +1,345 @@
+// Multi-column quantised dot products (see multicol.h). Compiled inside ggml-cpu (patch 0009) so it
+// sees the block layouts and the CPU backend's fp16 conversion.
+//
+// Fidelity rule: per column, every float operation (conversions, products, fused multiply-adds,
+// the final horizontal sum) is the one ggml's AVX2 vec_dot performs, in the same order, and every
+// integer lane holds the same value, so results are bit-identical to ggml's for any column count.
+// Only the weight-side work (unpacking nibbles, high bits and scales) is shared between columns.
+// kernel-bench.c (native/src/tools) checks both properties on random weights for every type.
+#define GGML_COMMON_DECL_C
+#include "ggml-common.h"
+#include "ggml-cpu-impl.h"
+#include "multicol.h"
+#include "simd-mappings.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// -1: not decided yet (SPECEE_MULTICOL=0 in the environment turns the kernels off)
+static volatile int g_enabled = -1;
+
+static int enabled(void) {
+    if (g_enabled < 0) {
+        const char * env = getenv("SPECEE_MULTICOL");
+        g_enabled = !(env && env[0] == '0');
+    }
+    return g_enabled;
+}
+
+void specee_multicol_set(bool on) {
+    g_enabled = on ? 1 : 0;
+}
+
+static int64_t g_rows = 0;
+
+void specee_multicol_note(int64_t rows) {
+    __atomic_fetch_add(&g_rows, rows, __ATOMIC_RELAXED);
+}
+
+int64_t specee_multicol_rows(void) {
+    return __atomic_load_n(&g_rows, __ATOMIC_RELAXED);
+}
+
+bool specee_multicol_available(void) {
+    const int was = g_enabled;
+    g_enabled = 1;
+    const bool any = specee_vec_dot_multi(GGML_TYPE_Q8_0) != NULL;
+    g_enabled = was;
+    return any;
+}
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#    include <immintrin.h>
+
+#    define MAXC SPECEE_MULTICOL_MAX
+#    define INLINE static inline __attribute__((always_inline))
+#    define F16(x) GGML_CPU_FP16_TO_FP32(x)
+
+// sum of the 8 lanes, pairwise in ggml's order
+INLINE float hsum8(const __m256 x) {
+    __m128 r = _mm256_extractf128_ps(x, 1);
+    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles first, then high nibbles
+INLINE __m256i nibbles32(const uint8_t * p) {
+    const __m128i t = _mm_loadu_si128((const __m128i *) p);
+    const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(_mm256_set1_epi8(0xF), b);
+}
+
+// 32 bits -> 32 bytes of 0x00 / 0xFF
+INLINE __m256i bits32(const uint8_t * p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int) v),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i probe = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(probe, _mm256_set1_epi64x(-1));
+}
+
+// unsigned x signed bytes, 4 adjacent products per int32 lane, as floats (ggml's instruction choice)
+INLINE __m256 dot_us8(const __m256i ax, const __m256i sy) {
+#    if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy));
+#    elif defined(__AVXVNNI__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy));
+#    else
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+#    endif
+}
+
+// signed x signed bytes; ax = |x| is the shared half
+INLINE __m256 dot_i8(const __m256i x, const __m256i ax, const __m256i y) {
+#    if defined(__AVXVNNIINT8__)
+    (void) ax;
+    return _mm256_cvtepi32_ps(_mm256_dpbssd_epi32(_mm256_setzero_si256(), x, y));
+#    else
+    return dot_us8(ax, _mm256_sign_epi8(y, x));
+#    endif
+}
+
+INLINE void q4_1_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+    const block_q4_1 * x = vx;
+    const block_q8_1 * y[MAXC];
+    __m256 acc[MAXC];
+    float summs[MAXC];
+    for (int c = 0; c < nc; ++c) {
+        y[c] = vy[c];
+        acc[c] = _mm256_setzero_ps();
+        summs[c] = 0;
+    }
+    for (int ib = 0; ib < n / QK8_1; ++ib) {
+        const float m = F16(x[ib].m);
+        const __m256 d0 = _mm256_set1_ps(F16(x[ib].d));
+        const __m256i qx = nibbles32(x[ib].qs);
+        for (int c = 0; c < nc; ++c) {
+            summs[c] += m * F16(y[c][ib].s);
+            const __m256 d = _mm256_mul_ps(d0, _mm256_set1_ps(F16(y[c][ib].d)));
+            const __m256i qy = _mm256_loadu_si256((const __m256i *) y[c][ib].qs);
+            acc[c] = _mm256_fmadd_ps(d, dot_us8(qx, qy), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; ++c) {
+        s[c] = hsum8(acc[c]) + summs[c];
+    }
+}
+
+INLINE void q8_0_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+    const block_q8_0 * x = vx;
+    const block_q8_0 * y[MAXC];
+    __m256 acc[MAXC];
+    for (int c = 0; c < nc; ++c) {
+        y[c] = vy[c];
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int ib = 0; ib < n / QK8_0; ++ib) {
+        const float dx = F16(x[ib].d);
+        const __m256i qx = _mm256_loadu_si256((const __m256i *) x[ib].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        for (int c = 0; c < nc; ++c) {
+            const __m256 d = _mm256_set1_ps(dx * F16(y[c][ib].d));
+            const __m256i qy = _mm256_loadu_si256((const __m256i *) y[c][ib].qs);
+            acc[c] = _mm256_fmadd_ps(d, dot_i8(qx, ax, qy), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; ++c) {
+        s[c] = hsum8(acc[c]);
+    }
+}
+
+INLINE void q5_0_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+    const block_q5_0 * x = vx;
+    const block_q8_0 * y[MAXC];
+    __m256 acc[MAXC];
+    for (int c = 0; c < nc; ++c) {
+        y[c] = vy[c];
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int ib = 0; ib < n / QK8_0; ++ib) {
+        const float dx = F16(x[ib].d);
+        // 5-bit values minus 16: the fifth bit clear sets the high nibble to 0xF (two's complement)
+        const __m256i hi = _mm256_andnot_si256(bits32(x[ib].qh), _mm256_set1_epi8((char) 0xF0));
+        const __m256i qx = _mm256_or_si256(nibbles32(x[ib].qs), hi);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        for (int c = 0; c < nc; ++c) {
+            const __m256 d = _mm256_set1_ps(dx * F16(y[c][ib].d));
+            const __m256i qy = _mm256_loadu_si256((const __m256i *) y[c][ib].qs);
+            acc[c] = _mm256_fmadd_ps(d, dot_i8(qx, ax, qy), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; ++c) {
+        s[c] = hsum8(acc[c]);
+    }
+}
+
+INLINE void q4_K_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+    const block_q4_K * x = vx;
+    const block_q8_K * y[MAXC];
+    __m256 acc[MAXC];
+    __m128 acc_m[MAXC];
+    for (int c = 0; c < nc; ++c) {
+        y[c] = vy[c];
+        acc[c] = _mm256_setzero_ps();
+        acc_m[c] = _mm_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int i = 0; i < n / QK_K; ++i) {
+        const float xd = F16(x[i].d);
+        const float xmin = F16(x[i].dmin);
+        // 8 six-bit scales and 8 six-bit mins packed in 12 bytes -> 16 bytes
+        uint32_t u[4];
+        memcpy(u, x[i].scales, 12);
+        u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+        const uint32_t u1 = u[1] & 0x3f3f3f3f;
+        u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+        u[2] = u1;
+        u[0] &= 0x3f3f3f3f;
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int) u[3], (int) u[2], (int) u[1], (int) u[0]));
+        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
+        const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+        const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+
+        __m256i sumi[MAXC];
+        for (int c = 0; c < nc; ++c) {
+            const float dmin = -y[c][i].d * xmin;
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y[c][i].bsums);
+            const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+            const __m128i prod = _mm_madd_epi16(mins, q8s);
+            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[c]);
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < QK_K / 64; ++j) {
+            // every int16 lane gets sub-block 2j's (2j+1's) scale
+            const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 1) << 8) | (4 * j))));
+            const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 3) << 8) | (4 * j + 2))));
+            const __m256i q4bits = _mm256_loadu_si256((const __m256i *) (x[i].qs + 32 * j));
+            const __m256i q4l = _mm256_and_si256(q4bits, m4);
+            const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+            for (int c = 0; c < nc; ++c) {
+                const int8_t * q8 = y[c][i].qs + 64 * j;
+                const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *) q8)));
+                const __m256i p16h =
+                    _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *) (q8 + 32))));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p16l, p16h));
+            }
+        }
+        for (int c = 0; c < nc; ++c) {
+            const float d = y[c][i].d * xd;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; ++c) {
+        __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        s[c] = hsum8(acc[c]) + _mm_cvtss_f32(m);
+    }
+}
+
+INLINE void q6_K_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+    const block_q6_K * x = vx;
+    const block_q8_K * y[MAXC];
+    __m256 acc[MAXC];
+    for (int c = 0; c < nc; ++c) {
+        y[c] = vy[c];
+        acc[c] = _mm256_setzero_ps();
+    }
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i m15 = _mm256_set1_epi8(15);
+    for (int i = 0; i < n / QK_K; ++i) {
+        const float xd = F16(x[i].d);
+        const __m128i scales = _mm_loadu_si128((const __m128i *) x[i].scales);
+        const __m256i scales_16 = _mm256_cvtepi8_epi16(scales);
+        __m256i sumi[MAXC], sub[MAXC];
+        for (int c = 0; c < nc; ++c) {
+            // the -32 offset of every 6-bit value, applied once per block through the q8 sums
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y[c][i].bsums);
+            sub[c] = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < QK_K / 128; ++j) {
+            const uint8_t * ql = x[i].ql + 64 * j;
+            const __m256i bits1 = _mm256_loadu_si256((const __m256i *) ql);
+            const __m256i bits2 = _mm256_loadu_si256((const __m256i *) (ql + 32));
+            const __m256i bitsH = _mm256_loadu_si256((const __m256i *) (x[i].qh + 32 * j));
+            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(bitsH, m3), 4);
+            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(12)), 2);
+            const __m256i h2 = _mm256_and_si256(bitsH, _mm256_set1_epi8(48));
+            const __m256i h3 = _mm256_srli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(-64)), 2);
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(bits1, m15), h0),
+                _mm256_or_si256(_mm256_and_si256(bits2, m15), h1),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m15), h2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m15), h3),
+            };
+            __m256i sc[4];
+            for (int k = 0; k < 4; ++k) {
+                // int16 lanes 0-7 get scale 2t, lanes 8-15 scale 2t+1 (t = 4j + k: 16 values each)
+                const long long t = 4 * j + k;
+                const __m128i idx = _mm_set_epi64x(0x0101010101010101LL * (2 * t + 1), 0x0101010101010101LL * (2 * t));
+                sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, idx));
+            }
+            for (int c = 0; c < nc; ++c) {
+                const int8_t * q8 = y[c][i].qs + 128 * j;
+                __m256i p[4];
+                for (int k = 0; k < 4; ++k) {
+                    p[k] = _mm256_madd_epi16(sc[k], _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *) (q8 + 32 * k))));
+                }
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p[0], p[1]));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p[2], p[3]));
+            }
+        }
+        for (int c = 0; c < nc; ++c) {
+            const float d = y[c][i].d * xd;
+            const __m256i v = _mm256_sub_epi32(sumi[c], sub[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&d), _mm256_cvtepi32_ps(v), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; ++c) {
+        s[c] = hsum8(acc[c]);
+    }
+}
+
+// One entry point per type; the column count becomes a constant so each body unrolls fully.
+#    define SPECEE_MULTI(T)                                                                          \
+        static void multi_##T(int n, float * s, const void * vx, const void * const * vy, int nc) { \
+            switch (nc) {                                                                           \
+                case 1: T##_body(n, s, vx, vy, 1); break;                                           \
+                case 2: T##_body(n, s, vx, vy, 2); break;                                           \
+                case 3: T##_body(n, s, vx, vy, 3); break;                                           \
+                default: T##_body(n, s, vx, vy, 4); break;                                          \
+            }                                                                                       \
+        }
+SPECEE_MULTI(q4_1)
+SPECEE_MULTI(q8_0)
+SPECEE_MULTI(q5_0)
+SPECEE_MULTI(q4_K)
+SPECEE_MULTI(q6_K)
+
+specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type) {
+    if (!enabled()) {
+        return NULL;
+    }
+    switch (type) {
+        case GGML_TYPE_Q4_1: return multi_q4_1;
+        case GGML_TYPE_Q8_0: return multi_q8_0;
+        case GGML_TYPE_Q5_0: return multi_q5_0;
+        case GGML_TYPE_Q4_K: return multi_q4_K;
+        case GGML_TYPE_Q6_K: return multi_q6_K;
+        default: return NULL;
+    }
+}
+
+#else
+
+specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type) {
+    (void) type;
+    (void) enabled;
+    return NULL;
+}
+
+#endif
