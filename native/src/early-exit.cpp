@@ -57,6 +57,7 @@ struct specee_exit_build {
     ggml_tensor * t_end = nullptr;
     bool can_fill = false;
     bool with_vocab = false;  // built with the draft-vocabulary head
+    std::vector<uint8_t> with_logits;  // layers given candidate-logits nodes (specee_ee::logits_layers)
     ggml_tensor * vocab_logits = nullptr;  // [n_dv] after the last layer, when the head has a d2t
     std::vector<ggml_tensor *> logits, h_out, fill_first;
     std::unordered_map<const ggml_tensor *, int> role;  // layer of a logits node, or ROLE_END
@@ -105,6 +106,23 @@ struct specee_ee {
     // The draft-vocabulary head costs ~1/12 of the lm_head: only graphs that use it have it.
     bool wants_vocab_node() const { return w_dv != nullptr && (vocab_on || recording); }
 
+    // Layers whose candidates' logits a step reads: every layer when recording, else the checked
+    // layers and the ones before them (the features compare with the previous layer). Each such
+    // node is three small ops, and per-op overhead is what a small model's step is made of.
+    std::vector<uint8_t> logits_layers() const {
+        std::vector<uint8_t> on(n_layer, recording ? 1 : 0);
+        for (int il = 0; il < n_layer && !recording; ++il) {
+            const bool checked = force_layer >= 0 ? il == force_layer : exits && pred[il].present;
+            if (checked) {
+                on[il] = 1;
+                if (il > 0) {
+                    on[il - 1] = 1;
+                }
+            }
+        }
+        return on;
+    }
+
     // per decode
     bool no_exit = false;         // full depth (recording, shadow)
     int32_t exit_layer = -1;
@@ -126,7 +144,9 @@ public:
     void set_input(const llama_ubatch * /*ubatch*/) override {
         if (b.owner != nullptr && b.cand_ids != nullptr) {
             b.owner->graph = &b;  // this graph (new or reused) is the one about to run
-            ggml_backend_tensor_set(b.cand_ids, b.owner->cand.data(), 0, ggml_nbytes(b.cand_ids));
+            if (b.cand_ids->buffer != nullptr) {  // unallocated when no layer reads candidates
+                ggml_backend_tensor_set(b.cand_ids, b.owner->cand.data(), 0, ggml_nbytes(b.cand_ids));
+            }
         }
     }
 
@@ -135,7 +155,8 @@ public:
         if (b.owner == nullptr) {
             return t_active == nullptr;
         }
-        return t_active == b.owner && t_active->generation == b.generation && b.with_vocab == t_active->wants_vocab_node();
+        return t_active == b.owner && t_active->generation == b.generation && b.with_vocab == t_active->wants_vocab_node() &&
+               b.with_logits == t_active->logits_layers();
     }
 };
 
@@ -415,6 +436,7 @@ specee_exit_build * specee_exit_graph_begin(llm_graph_context & g, const llama_m
     ggml_set_input(b->h_exit);
     ggml_set_name(b->h_exit, "specee_h_exit");
     b->cand_rows = ggml_get_rows(g.ctx0, model.output, b->cand_ids);  // [n_embd, n_cand]
+    b->with_logits = x->logits_layers();
     b->logits.assign(g.n_layer, nullptr);
     b->h_out.assign(g.n_layer, nullptr);
     b->fill_first.assign(g.n_layer, nullptr);
@@ -423,16 +445,22 @@ specee_exit_build * specee_exit_graph_begin(llm_graph_context & g, const llama_m
 }
 
 void specee_exit_graph_layer(llm_graph_context & g, specee_exit_build * b, int il, ggml_tensor * h) {
+    b->h_out[il] = h;
+    const bool vocab = il == g.n_layer - 1 && b->owner->wants_vocab_node();
+    if (!b->with_logits[il] && !vocab) {
+        return;
+    }
     ggml_tensor * n = ggml_rms_norm(g.ctx0, h, g.norm_rms_eps);
     n = ggml_mul(g.ctx0, n, b->model->output_norm);
-    ggml_tensor * l = ggml_mul_mat(g.ctx0, b->cand_rows, n);  // [n_cand, 1]
-    ggml_format_name(l, "specee_cand_logits-%d", il);
-    ggml_set_output(l);  // kept: the next check and recording read it after later nodes ran
-    ggml_build_forward_expand(g.gf, l);
-    b->logits[il] = l;
-    b->h_out[il] = h;
-    b->role[l] = il;
-    if (il == g.n_layer - 1 && b->owner->wants_vocab_node()) {
+    if (b->with_logits[il]) {
+        ggml_tensor * l = ggml_mul_mat(g.ctx0, b->cand_rows, n);  // [n_cand, 1]
+        ggml_format_name(l, "specee_cand_logits-%d", il);
+        ggml_set_output(l);  // kept: the next check and recording read it after later nodes ran
+        ggml_build_forward_expand(g.gf, l);
+        b->logits[il] = l;
+        b->role[l] = il;
+    }
+    if (vocab) {
         b->with_vocab = true;
         ggml_tensor * v = ggml_mul_mat(g.ctx0, b->owner->w_dv, n);  // [n_dv, 1]
         ggml_set_name(v, "specee_vocab_logits");
