@@ -48,7 +48,12 @@ def test_cli_bench_writes_json(model_path: Path, tmp_path: Path, capsys: pytest.
     assert rc == 0
     report = json.loads(out.read_text())
     assert report["modes"][0]["mode"] == "vanilla"
-    assert "decode tok/s" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "decode tok/s" in text
+    # the report names the physical floor and how far each mode is from it
+    floor = report["floor"]
+    assert 0 < floor["ms_per_token"] < 1000 / report["modes"][0]["decode_tok_s_median"]
+    assert "physical floor of one token" in text and "x floor" in text
 
 
 def test_divergences_are_located_and_judged_by_vanillas_logit_gap() -> None:

@@ -238,6 +238,7 @@ def run_bench(
     reference = reports.get("vanilla")
     return {
         "model": model_path,
+        "floor": _floor(model_path),
         "max_tokens": max_tokens,
         "warmup": warmup,
         "prompts": len(prompts),
@@ -245,6 +246,20 @@ def run_bench(
         "modes": [reports[m].summary(reference if m != "vanilla" else None) for m in modes],
         "samples": {m: [asdict(s) for s in reports[m].samples] for m in modes},
     }
+
+
+def _floor(model_path: str) -> dict | None:
+    """The physical floor of one decode step on this CPU: every layer's and the lm_head's weights
+    read once at the measured bandwidth (engine/bench/cost_curve.py). None if it cannot be had."""
+    try:
+        from engine.bench.cost_curve import floor_ms
+        from engine.placement.machine import measure_cpu_bandwidth
+
+        bandwidth = measure_cpu_bandwidth()
+        ms, read = floor_ms(Path(model_path), bandwidth)
+    except (OSError, ValueError, RuntimeError):  # no GGUF facts or no native build: no floor line
+        return None
+    return {"ms_per_token": ms, "bytes_per_token": read, "bandwidth_gbs": bandwidth}
 
 
 class _Peer:
@@ -340,13 +355,21 @@ def print_report(report: dict) -> None:
         print(f"placement{'' if len(placements) == 1 else ' (' + m['mode'] + ')'}: {m['placement']}; {m['plan']}")
     vanilla = [m for m in report["modes"] if m["mode"] == "vanilla" and m["decode_tok_s_median"]]
     vanilla_ms = 1000 / vanilla[0]["decode_tok_s_median"] if vanilla else 0.0
+    floor = report.get("floor")
+    if floor:
+        print(f"physical floor of one token: {floor['bytes_per_token'] / 1e6:.0f} MB of weights read at"
+              f" {floor['bandwidth_gbs']:.1f} GB/s = {floor['ms_per_token']:.2f} ms ({1000 / floor['ms_per_token']:.0f} tok/s);"
+              " 'x floor': a mode's ms per token over it")  # fmt: skip
     header = f"{'mode':<12}{'decode tok/s':>14}{'prefill tok/s':>15}{'TTFT ms':>10}{'vs vanilla':>12}{'identical':>11}"
+    header += f"{'x floor':>9}" if floor else ""
     print(header)
     print("-" * len(header))
     for m in report["modes"]:
         ratio = m.get("decode_speedup_vs_vanilla_median")
-        print(f"{m['mode']:<12}{m['decode_tok_s_median']:>14.1f}{m['prefill_tok_s_median']:>15.1f}{m['ttft_ms_median']:>10.1f}"
-              f"{(f'{ratio:.3f}x' if ratio else '1.000x'):>12}{m.get('identical_to_vanilla', '-'):>11}")  # fmt: skip
+        tok_s = m["decode_tok_s_median"]
+        to_floor = f"{1000 / tok_s / floor['ms_per_token']:>8.2f}x" if floor and tok_s else ""
+        print(f"{m['mode']:<12}{tok_s:>14.1f}{m['prefill_tok_s_median']:>15.1f}{m['ttft_ms_median']:>10.1f}"
+              f"{(f'{ratio:.3f}x' if ratio else '1.000x'):>12}{m.get('identical_to_vanilla', '-'):>11}{to_floor}")  # fmt: skip
         if m.get("failed"):
             print(f"  FAILED, dropped from the run: {m['failed'][:300]}")
         if m.get("vanilla_unrepeatable"):
