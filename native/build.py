@@ -430,6 +430,23 @@ def converter_path() -> Path:
     return script
 
 
+def build_kernel_bench() -> Path:
+    """Compile src/tools/kernel-bench.c against the installed build's ggml libraries (the kernels
+    the worker runs) into the cache; returns the program's path."""
+    import llama_cpp
+
+    root = cache_root()
+    include = extract_pristine(root, fetch_sdist(root)) / "vendor" / "llama.cpp" / "ggml" / "include"
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    out = root / "kernel-bench"
+    cmd = [os.environ.get("CC", "cc"), "-O2", str(SOURCE_DIR / "tools" / "kernel-bench.c"), f"-I{include}", f"-L{lib}",
+           "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-lm", "-o", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BuildError("kernel-bench", done.stderr.strip()[-2000:], "install a C compiler and run native/build.py first")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", action="store_true", help="build plain upstream (no patches) for comparisons")
@@ -437,8 +454,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print-key", action="store_true", help="print the build key and exit")
     parser.add_argument("--server", action="store_true", help="build upstream llama-server (the bench's peer) and print its path")
     parser.add_argument("--converter", action="store_true", help="print the path of llama.cpp's HF -> GGUF converter")
+    parser.add_argument("--kernel-bench", action="store_true", help="build the small-batch kernel benchmark")
     args = parser.parse_args(argv)
     try:
+        if args.kernel_bench:
+            print(build_kernel_bench())
+            return 0
         if args.print_key:
             print(make_recipe(args.upstream).key)
             return 0

@@ -126,3 +126,22 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
     finally:
         set_multicol(True)
         llm.close()
+
+
+def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
+    """native/build.py --kernel-bench: random weights of every type the kernels cover (and some
+    they leave to ggml), each row of 2, 3, 4 and 8-row calls against its one-row call and against
+    ggml's own vec_dot."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    built = subprocess.run([sys.executable, str(root / "native" / "build.py"), "--kernel-bench"], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    program = built.stdout.strip().splitlines()[-1]
+    out = subprocess.run([program, "512", "256", "2"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
+    assert {r.split()[0] for r in rows} >= {"q4_1", "q5_0", "q8_0", "q4_K", "q6_K"}
+    bad = [r for r in rows if " DIFF" in r or "!= ggml" in r]
+    assert bad == [], bad
