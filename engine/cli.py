@@ -163,7 +163,13 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"added {path.stem}: {info.name}, {info.architecture}, {info.n_layer} layers")
         return 0
     if args.action == "remove":
+        known = [m.id for m in registry.all()]
+        if args.path not in known:
+            listed = ", ".join(known) or "none yet"
+            print(f"specee models remove: no model with id '{args.path}' (registered: {listed})", file=sys.stderr)
+            return 1
         registry.remove(args.path)
+        print(f"removed {args.path} from the list (the file itself is left where it is)")
         return 0
     records = registry.all()
     if not records:
@@ -307,7 +313,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print(f"SpecEE Chat {__version__} (Python {report['python']})")
     print(f"CPU      {hw['cpu_model']} - {hw['physical_cores']} cores / {hw['logical_cores']} threads")
     print(f"ISA      {' '.join(hw['isa']) or '-'}")
-    print(f"RAM      {hw['ram_available_gb']} GB free of {hw['ram_total_gb']} GB; battery: {hw['on_battery']}")
+    power = {True: "on battery", False: "on mains power", None: "no battery"}[hw["on_battery"]]
+    print(f"RAM      {hw['ram_available_gb']} GB free of {hw['ram_total_gb']} GB; power: {power}")
     if "error" in nat:
         print(f"native   NOT AVAILABLE: {nat['error']}")
     else:

@@ -12,6 +12,20 @@ def test_doctor_prints_hardware_build_and_patch_feature(model_path: Path, capsys
     assert "CPU" in out and "RAM" in out
     assert build_info()["build_key"] in out and "patched" in out and "build-info" in out
     assert "default  installed" in out
+    assert "None" not in out and "power:" in out  # "battery: None" said nothing
+
+
+def test_models_remove_of_an_unknown_id_fails_and_says_which_exist(
+    copied_model: Path, isolated_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["models", "add", str(copied_model)]) == 0
+    assert cli(["models", "remove", "no-such-model"]) == 1
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and copied_model.stem in err
+    assert cli(["models", "remove", copied_model.stem]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert cli(["models"]) == 0
+    assert copied_model.stem not in capsys.readouterr().out and copied_model.exists()
 
 
 def test_models_add_rejects_a_non_gguf_with_a_clear_error(
