@@ -26,6 +26,14 @@ def resolve_model(spec: str | None) -> Path:
     return Path(spec).expanduser()
 
 
+CHAT_COMMANDS = ("/help", "/?", "/new", "/clear", "/quit", "/exit")
+CHAT_HELP = """commands (never sent to the model):
+  /new, /clear   start a new conversation (forget the history)
+  /quit, /exit   quit (also Ctrl+D, or Ctrl+C twice at the prompt)
+  /help          this list
+Ctrl+C while an answer streams stops that answer; the engine keeps the model loaded."""
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from engine.client import WorkerClient, WorkerError
 
@@ -36,18 +44,38 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with WorkerClient() as client:
         loaded = client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads), mode=args.mode)
         print(
-            f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}, {loaded.mode}) - Ctrl+C stops an answer, Ctrl+D quits.",
+            f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}, {loaded.mode}) - Ctrl+C stops an answer,"
+            " Ctrl+D or /quit quits, /help lists commands.",
             file=sys.stderr,
         )
         if loaded.mode_reason:
             print(f"[{loaded.mode_reason}]", file=sys.stderr)
+        interrupted = False  # the last prompt was left with Ctrl+C: a second one quits
         while True:
             try:
                 text = input("\n> ")
-            except (EOFError, KeyboardInterrupt):
+            except EOFError:
                 print(file=sys.stderr)
                 return 0
+            except KeyboardInterrupt:
+                if interrupted:
+                    print(file=sys.stderr)
+                    return 0
+                interrupted = True
+                print("\n[Ctrl+C again or Ctrl+D to quit]", file=sys.stderr)
+                continue
+            interrupted = False
             if not text.strip():
+                continue
+            command = text.strip().lower()
+            if command in CHAT_COMMANDS:
+                if command in ("/quit", "/exit"):
+                    return 0
+                if command in ("/new", "/clear"):
+                    history = history[:1] if args.system else []
+                    print("[new conversation]", file=sys.stderr)
+                else:
+                    print(CHAT_HELP, file=sys.stderr)
                 continue
             history.append({"role": "user", "content": text})
             answer, stats = "", p.Stats()

@@ -85,6 +85,10 @@ class WorkerClient:
             encoding="utf-8",
             bufsize=1,
             env=env,
+            # its own session: a terminal's Ctrl+C (SIGINT to the foreground process group) stops
+            # the frontend's answer, not the engine; it still exits when our end of stdin closes
+            start_new_session=os.name == "posix",
+            creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
         )
         proc = self._proc
         threading.Thread(target=self._read_events, args=(proc,), name="worker-events", daemon=True).start()

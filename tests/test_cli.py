@@ -60,6 +60,68 @@ def test_terminal_chat_answers_and_quits_on_eof(model_path: Path) -> None:
     assert "tok/s" in result.stderr
 
 
+def test_terminal_chat_ctrl_c_stops_the_answer_not_the_engine(model_path: Path) -> None:
+    """A terminal's Ctrl+C reaches the whole foreground process group: it must stop the streaming
+    answer and leave the engine alive for the next question; /help is a command, not a prompt."""
+    import os
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "chat", "--model", str(model_path), "--temperature", "0", "--max-tokens", "400"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    out: queue.Queue[str] = queue.Queue()
+    err: list[str] = []
+    threading.Thread(target=lambda: [out.put(c) for c in iter(lambda: proc.stdout.read(1), "")], daemon=True).start()
+    threading.Thread(target=lambda: err.extend(iter(proc.stderr.readline, "")), daemon=True).start()
+
+    def read_for(seconds: float) -> str:
+        got, end = "", time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                got += out.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        return got
+
+    try:
+        proc.stdin.write("Write a very long story about a lighthouse keeper.\n")
+        proc.stdin.flush()
+        streamed, end = "", time.monotonic() + 120
+        while len(streamed) < 40 and time.monotonic() < end:  # the answer is streaming
+            streamed += read_for(0.2)
+        assert len(streamed) >= 40, "".join(err)[-1000:]
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl+C: to the CLI and everything in its group
+        end = time.monotonic() + 60
+        while not any("[stopped]" in line for line in err) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert any("[stopped]" in line for line in err), "".join(err)[-1000:]
+        read_for(0.5)
+        proc.stdin.write("/help\n")
+        proc.stdin.write("What is 2 + 2?\n")
+        proc.stdin.flush()
+        answer = read_for(15)
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        text = "".join(err)
+        assert "[error]" not in text and "worker" not in text.lower(), text[-1500:]
+        assert "/new, /clear" in text  # /help answered by the CLI itself
+        assert len(answer.strip("> \n")) > 3  # the engine survived and answered
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_chat_with_a_broken_model_exits_with_a_clear_error(truncated_model: Path) -> None:
     import subprocess
     import sys

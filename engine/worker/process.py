@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -52,6 +53,9 @@ def _private_stdout() -> IO[str]:
 def main() -> int:
     for key, value in THREAD_ENV.items():
         os.environ.setdefault(key, value)
+    # Ctrl+C in a terminal is meant for the frontend (stop the answer), never for the engine: the
+    # client starts us in our own session, and this covers a worker started by hand.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     channel = Channel(_private_stdout())
     commands: queue.Queue[p.Message] = queue.Queue()
     cancel = threading.Event()
