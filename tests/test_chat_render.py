@@ -16,3 +16,19 @@ def test_a_streaming_answer_with_an_open_fence_still_renders_as_code() -> None:
     md, blocks = conversation_markdown([{"role": "assistant", "content": "```\nfor i in x:"}])
     assert "(copy:0)" in md and blocks == ["for i in x:\n"]
     assert code_blocks("no code") == []
+
+
+def test_line_breaks_survive_rendering_outside_code_and_code_is_untouched() -> None:
+    """A haiku (or a message written with Shift+Enter) keeps its lines in the chat view."""
+    from PySide6.QtGui import QTextDocument
+
+    haiku = "An old silent pond\nA frog jumps into the pond\nSplash! Silence again"
+    code = "Then:\n```python\nx = 1\ny = 2\n```\nDone."
+    md, blocks = conversation_markdown([{"role": "user", "content": haiku}, {"role": "assistant", "content": code}])
+    assert blocks == ["x = 1\ny = 2\n"]
+    doc = QTextDocument()
+    doc.setMarkdown(md)
+    shown = doc.toPlainText()
+    for line in haiku.splitlines():
+        assert any(row.strip() == line for row in shown.splitlines()), shown
+    assert "x = 1\ny = 2" in shown and "Then:" in shown

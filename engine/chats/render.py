@@ -28,6 +28,18 @@ def _close_open_fence(text: str) -> str:
     return text + ("\n```" if len(fences) % 2 else "")
 
 
+def _keep_line_breaks(text: str) -> str:
+    """A chat keeps the lines its author wrote (a haiku, a Shift+Enter message): outside code
+    blocks every single newline becomes a Markdown hard break, which would otherwise join lines."""
+    out, last = [], 0
+    for m in FENCE.finditer(text):
+        out.append(re.sub(r"(?<=[^\n])[ \t]*\n(?=[^\n])", "  \n", text[last : m.start()]))
+        out.append(text[m.start() : m.end()])
+        last = m.end()
+    out.append(re.sub(r"(?<=[^\n])[ \t]*\n(?=[^\n])", "  \n", text[last:]))
+    return "".join(out)
+
+
 def conversation_markdown(messages: list[dict]) -> tuple[str, list[str]]:
     """(markdown, code blocks in link order) for [{'role', 'content', 'stats'?}, ...]."""
     parts: list[str] = []
@@ -37,6 +49,7 @@ def conversation_markdown(messages: list[dict]) -> tuple[str, list[str]]:
         role = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m["role"], m["role"])
         text = m["content"]
         text = _close_open_fence(text)  # an answer cut off (or still streaming) inside a code block
+        text = _keep_line_breaks(text)
         body, n2 = _with_copy_links(text, n)
         blocks += code_blocks(text)
         n = n2
