@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -77,12 +77,21 @@ PRESETS = {  # name -> (temperature, top_p)
 }
 
 
+FOCUS_RING = """
+QPlainTextEdit:focus, QLineEdit:focus, QTextBrowser:focus, QListWidget:focus, QComboBox:focus {
+    border: 2px solid palette(highlight); border-radius: 4px;
+}
+QPushButton:focus { border: 2px solid palette(highlight); border-radius: 4px; padding: 4px 12px; }
+"""
+
+
 class MainWindow(QMainWindow):
     def __init__(
         self, model_path: str | Path | None = None, sampling: p.Sampling | None = None, store: ConversationStore | None = None
     ) -> None:
         super().__init__()
         self.setWindowTitle("SpecEE Chat")
+        self._shown_once = False
         self.resize(1040, 700)
         self.model_path = str(model_path) if model_path else None
         self.sampling = sampling or p.Sampling()
@@ -203,6 +212,18 @@ class MainWindow(QMainWindow):
         self.sidebar.refresh()
         self._set_busy(False)
         self._render()
+        # Keyboard: Tab leaves the message box (a tab character is rarely what a chat wants), the
+        # focused control shows a ring, and the window opens with the message box focused so the
+        # first keys typed after launch land there (not on "New chat", where Space clicked it).
+        self.input.setTabChangesFocus(True)
+        self.setStyleSheet(FOCUS_RING)
+        self.input.setFocus()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._shown_once:
+            self._shown_once = True
+            self.input.setFocus()
 
     def _button(self, text: str) -> QPushButton:
         b = QPushButton(text)

@@ -117,3 +117,23 @@ def test_app_exits_cleanly_after_streaming(model_path: Path, tmp_path: Path) -> 
     assert "Fatal Python error" not in result.stderr
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ANSWER:" in result.stdout and len(result.stdout.split("ANSWER:")[1].strip()) > 5
+
+
+def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Focus starts in the message box (it started on "New chat", where Space clicked it); Tab
+    moves on instead of typing a tab; the focused control has a visible ring."""
+    from PySide6.QtWidgets import QApplication
+
+    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(8))
+    qtbot.addWidget(win)
+    win.show()
+    win.activateWindow()
+    qtbot.waitExposed(win)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is not None, timeout=5_000)
+    assert QApplication.focusWidget() is win.input
+    qtbot.keyClicks(QApplication.focusWidget(), "hello there")
+    assert win.input.toPlainText() == "hello there" and win.conv_id is None
+    qtbot.keyClick(win.input, Qt.Key.Key_Tab)
+    assert "\t" not in win.input.toPlainText() and QApplication.focusWidget() is not win.input
+    assert ":focus" in win.styleSheet() and "palette(highlight)" in win.styleSheet()
+    win.close()
