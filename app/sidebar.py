@@ -1,4 +1,4 @@
-"""The conversation list: new, rename (double-click or F2), delete (Del), full-text search,
+"""The conversation list: new, rename (double-click or F2), delete (Del, with undo), full-text search,
 export (Markdown, JSON) and import (JSON)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QLineEdit,
@@ -41,11 +42,18 @@ class ConversationSidebar(QWidget):
         self.new_button.setAccessibleName("New chat")
         self.import_button = QPushButton("Import…")
         self.import_button.setAccessibleName("Import conversation")
+        # Delete takes effect at once and can be undone until the next delete or app start.
+        self.undo_button = QPushButton()
+        self.undo_button.setAccessibleName("Undo delete")
+        self.undo_button.setVisible(False)
+        self.undo_button.clicked.connect(self.undo_delete)
+        self._trashed: str | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
+        layout.addWidget(self.undo_button)
         layout.addWidget(self.import_button)
         self.new_button.clicked.connect(self.new_requested)
         self.import_button.clicked.connect(lambda: self.import_file())
@@ -93,6 +101,8 @@ class ConversationSidebar(QWidget):
         item = self.list.currentItem()
         if item and event.key() == Qt.Key.Key_Delete:
             self.delete(item.data(Qt.ItemDataRole.UserRole))
+        elif event.matches(QKeySequence.StandardKey.Undo) and self._trashed:
+            self.undo_delete()
         elif item and event.key() == Qt.Key.Key_F2:
             self.list.editItem(item)
         else:
@@ -123,9 +133,24 @@ class ConversationSidebar(QWidget):
         return conv.id
 
     def delete(self, conv_id: str) -> None:
-        self.store.delete(conv_id)
+        title = self.store.get(conv_id).title
+        self.store.trash(conv_id)
+        self._trashed = conv_id
+        short = title if len(title) <= 28 else title[:27] + "…"
+        self.undo_button.setText(f"Undo delete of “{short}” (Ctrl+Z)")
+        self.undo_button.setVisible(True)
         self.deleted.emit(conv_id)
         self.refresh()
+
+    def undo_delete(self) -> str | None:
+        conv_id, self._trashed = self._trashed, None
+        self.undo_button.setVisible(False)
+        if conv_id is None:
+            return None
+        self.store.restore(conv_id)
+        self.refresh(current=conv_id)
+        self.selected.emit(conv_id)
+        return conv_id
 
     def _on_current(self, item: QListWidgetItem | None, _prev: QListWidgetItem | None) -> None:
         if item is not None and not self._filling:

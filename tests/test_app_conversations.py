@@ -196,3 +196,24 @@ def test_settings_show_the_placement_plan(qtbot, window: MainWindow) -> None:  #
     from PySide6.QtWidgets import QLabel
 
     assert any("Placement:" in lbl.text() for lbl in dialog.findChildren(QLabel))
+
+
+def test_delete_key_removes_a_chat_with_undo(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Del used to delete at once with no confirmation and no way back."""
+    from app.sidebar import ConversationSidebar
+
+    store = ConversationStore(tmp_path / "c.db")
+    conv = store.create("Thesis notes")
+    store.append(conv.id, "user", "months of work")
+    bar = ConversationSidebar(store)
+    qtbot.addWidget(bar)
+    bar.show()
+    bar.refresh(current=conv.id)
+    qtbot.keyClick(bar, Qt.Key.Key_Delete)
+    assert bar.list.count() == 0 and bar.undo_button.isVisible() and "Thesis notes" in bar.undo_button.text()
+    qtbot.keyClick(bar, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert bar.list.count() == 1 and bar.current_id() == conv.id and not bar.undo_button.isVisible()
+    assert store.get(conv.id).messages[0].content == "months of work"
+    qtbot.keyClick(bar, Qt.Key.Key_Delete)
+    qtbot.mouseClick(bar.undo_button, Qt.MouseButton.LeftButton)
+    assert bar.list.count() == 1

@@ -85,3 +85,19 @@ def test_a_damaged_database_file_gives_an_actionable_error(tmp_path: Path) -> No
     db.write_bytes(os.urandom(4096))
     with pytest.raises(StoreError, match="move it aside"):
         ConversationStore(db)
+
+
+def test_trashed_conversations_can_be_restored_until_the_store_reopens(tmp_path: Path) -> None:
+    s = ConversationStore(tmp_path / "c.db")
+    a, b = s.create("Keep"), s.create("Oops")
+    s.append(b.id, "user", "a question worth keeping")
+    s.trash(b.id)
+    assert [c.id for c in s.list()] == [a.id] and s.get(b.id).title == "Oops"
+    s.restore(b.id)
+    assert {c.id for c in s.list()} == {a.id, b.id} and s.get(b.id).messages[0].content == "a question worth keeping"
+    s.trash(b.id)
+    s.close()
+    again = ConversationStore(tmp_path / "c.db")  # the next app start empties the trash
+    assert [c.id for c in again.list()] == [a.id]
+    with pytest.raises(StoreError):
+        again.get(b.id)

@@ -36,6 +36,10 @@ CREATE TABLE IF NOT EXISTS messages (
     complete INTEGER NOT NULL DEFAULT 1,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS trash (
+    conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+    deleted REAL NOT NULL
+);
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, position);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content, content='messages', content_rowid='id');
 CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
@@ -90,6 +94,7 @@ class ConversationStore:
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.executescript(_SCHEMA)
             self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self.empty_trash()  # what was deleted in an earlier session is gone for good
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"the conversation database {self.path} is damaged ({exc}); move it aside to start fresh") from None
 
@@ -109,7 +114,8 @@ class ConversationStore:
 
     def list(self) -> list[Conversation]:
         rows = self.db.execute(
-            "SELECT id, title, system_prompt, settings, created, updated FROM conversations ORDER BY updated DESC"
+            "SELECT id, title, system_prompt, settings, created, updated FROM conversations"
+            " WHERE id NOT IN (SELECT conversation_id FROM trash) ORDER BY updated DESC"
         ).fetchall()
         return [Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows]
 
@@ -140,6 +146,17 @@ class ConversationStore:
 
     def delete(self, conv_id: str) -> None:
         self.db.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
+
+    def trash(self, conv_id: str) -> None:
+        """Delete with undo: hidden from list() until restore(), gone when the store next opens."""
+        self.get(conv_id)  # StoreError if unknown
+        self.db.execute("INSERT OR REPLACE INTO trash VALUES (?, ?)", (conv_id, time.time()))
+
+    def restore(self, conv_id: str) -> None:
+        self.db.execute("DELETE FROM trash WHERE conversation_id = ?", (conv_id,))
+
+    def empty_trash(self) -> None:
+        self.db.execute("DELETE FROM conversations WHERE id IN (SELECT conversation_id FROM trash)")
 
     def _update(self, conv_id: str, column: str, value: str) -> None:
         cur = self.db.execute(f"UPDATE conversations SET {column} = ?, updated = ? WHERE id = ?", (value, time.time(), conv_id))
