@@ -92,6 +92,8 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("SpecEE Chat")
         self._shown_once = False
+        self._status = ("", "")  # the loaded model's status line and its tooltip
+        self._error_shown = False
         self.resize(1040, 700)
         self.model_path = str(model_path) if model_path else None
         self.sampling = sampling or p.Sampling()
@@ -317,27 +319,43 @@ class MainWindow(QMainWindow):
 
     # -- conversations --------------------------------------------------------------------------------
 
+    def _show_status(self) -> None:
+        self._error_shown = False
+        self.state_label.setText(self._status[0])
+        self.state_label.setToolTip(self._status[1])
+
     def new_conversation(self) -> None:
         if self.request_id:
+            self.statusBar().showMessage("Stop the answer (Esc) or let it finish to start a new chat", 4000)
             return
         self.conv_id, self.messages, self.notices = None, [], []
+        self.context_label.setText("")  # the previous chat's count is not this one's
         self.system_edit.clear()
         self.sidebar.list.clearSelection()
         self.sidebar.list.setCurrentItem(None)
+        self._set_busy(False)
         self._render()
         self.input.setFocus()
 
     def open_conversation(self, conv_id: str) -> None:
-        if self.request_id or conv_id == self.conv_id:
+        if conv_id == self.conv_id:
+            return
+        if self.request_id:
+            # The list would show another chat highlighted while this one streams, and clicking it
+            # again later would do nothing: keep the streaming chat selected and say why.
+            self.sidebar.select(self.conv_id or "")
+            self.statusBar().showMessage("Stop the answer (Esc) or let it finish to switch chats", 4000)
             return
         conv = self.store.get(conv_id)
         self.conv_id = conv.id
         self.messages = [{"role": m.role, "content": m.content, "stats": m.stats, "id": m.id} for m in conv.messages]
         self.notices = []
+        self.context_label.setText("")
         self.system_edit.setText(conv.system_prompt)
         preset = conv.settings.get("preset")
         if preset in PRESETS:
             self.preset.setCurrentText(preset)
+        self._set_busy(False)
         self._render()
 
     def _ensure_conversation(self, first_text: str) -> str:
@@ -425,15 +443,18 @@ class MainWindow(QMainWindow):
             self.n_ctx = msg.n_ctx
             self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
-            self.state_label.setText(f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}")
-            self.state_label.setToolTip(msg.mode_reason or f"acceleration: {msg.mode}")
+            self._status = (
+                f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}",
+                msg.mode_reason or f"acceleration: {msg.mode}",
+            )
+            self._show_status()
             self.train_button.setVisible(msg.trainable)
             self._set_busy(False)
         elif isinstance(msg, p.AutoDecided):  # auto finished measuring in the background
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
-            name = self.state_label.text().rsplit(" · ", 1)[0]
-            self.state_label.setText(f"{name} · {msg.mode}")
-            self.state_label.setToolTip(msg.mode_reason)
+            self._status = (f"{self._status[0].rsplit(' · ', 1)[0]} · {msg.mode}", msg.mode_reason)
+            if not self._error_shown:
+                self._show_status()
         elif isinstance(msg, p.Token) and msg.request_id == self.request_id:
             self.answer += msg.text
             self.messages[-1]["content"] = self.answer
@@ -456,6 +477,7 @@ class MainWindow(QMainWindow):
             if msg.finish_reason == "cancelled":
                 self.notices.append("[stopped]")
             self.request_id = ""
+            self._show_status()  # an earlier error is over once an answer completes
             self._set_busy(False)
             self.sidebar.refresh()
             self._render()
@@ -476,6 +498,7 @@ class MainWindow(QMainWindow):
                 del self.messages[i:]
         self.notices.append(f"**Error ({kind}):** {message}")
         self.state_label.setText(f"Error: {message.splitlines()[0]}")
+        self._error_shown = True
         if kind == "worker_died":
             self.model_loaded = False
             self.restart_button.setVisible(True)
@@ -508,8 +531,9 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(busy)
         self.send_button.setEnabled(not busy and self.model_loaded)
         idle = not busy and self.model_loaded
-        self.regen_button.setEnabled(idle)
-        self.edit_button.setEnabled(not busy)
+        has_answer = bool(self.messages) and self.messages[-1]["role"] == "assistant"
+        self.regen_button.setEnabled(idle and has_answer)
+        self.edit_button.setEnabled(not busy and any(m["role"] == "user" for m in self.messages))
 
     def transcript(self) -> str:
         return self.view.toPlainText()

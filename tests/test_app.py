@@ -137,3 +137,40 @@ def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: 
     assert "\t" not in win.input.toPlainText() and QApplication.focusWidget() is not win.input
     assert ":focus" in win.styleSheet() and "palette(highlight)" in win.styleSheet()
     win.close()
+
+
+def test_status_context_and_actions_never_go_stale(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """An error's status went on showing after later answers succeeded; a new chat showed the
+    previous chat's context count; Regenerate and Edit last were enabled in an empty chat."""
+    assert not window.regen_button.isEnabled() and not window.edit_button.isEnabled()  # empty chat
+    loaded_status = window.state_label.text()
+    window.on_event(p.Error(kind="bad_request", message="something went wrong"))
+    assert window.state_label.text().startswith("Error:")
+    window.sampling = p.Sampling.greedy(8)
+    ask(qtbot, window, "Say hi.")
+    qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
+    assert window.state_label.text() == loaded_status
+    assert window.context_label.text().startswith("context ")
+    assert window.regen_button.isEnabled() and window.edit_button.isEnabled()
+    window.new_conversation()
+    assert window.context_label.text() == ""
+    assert not window.regen_button.isEnabled() and not window.edit_button.isEnabled()
+
+
+def test_clicking_another_chat_while_streaming_keeps_the_selection_honest(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """The clicked chat was highlighted without opening, and clicking it later did nothing."""
+    window.sampling = p.Sampling.greedy(6)
+    ask(qtbot, window, "First chat.")
+    qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
+    first = window.conv_id
+    window.new_conversation()
+    window.sampling = p.Sampling.greedy(300)
+    ask(qtbot, window, "Tell me a long story about a lighthouse.")
+    streaming = window.conv_id
+    qtbot.waitUntil(lambda: len(window.answer) > 0, timeout=60_000)
+    window.sidebar.select(first)  # the user clicks the other chat mid-answer
+    assert window.conv_id == streaming and window.sidebar.current_id() == streaming
+    window.stop_answer()
+    qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
+    window.sidebar.select(first)  # and clicking it afterwards opens it
+    assert window.conv_id == first and window.messages[0]["content"] == "First chat."
