@@ -514,10 +514,9 @@ class MainWindow(QMainWindow):
         if not self.messages and not self.notices:
             md = "*Ask anything. Enter sends, Shift+Enter adds a line, Ctrl+N starts a new chat, Ctrl+K searches.*"
         bar = self.view.verticalScrollBar()
-        at_end = bar.value() >= bar.maximum() - 4
-        self.view.setMarkdown(md)
-        if at_end:
-            bar.setValue(bar.maximum())
+        at_end, where = bar.value() >= bar.maximum() - 4, bar.value()
+        self.view.setMarkdown(md)  # resets the scroll position
+        bar.setValue(bar.maximum() if at_end else where)  # follow the answer, or stay where the reader is
 
     def _on_link(self, url: QUrl) -> None:
         if url.scheme() == "copy":

@@ -174,3 +174,22 @@ def test_clicking_another_chat_while_streaming_keeps_the_selection_honest(qtbot,
     qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
     window.sidebar.select(first)  # and clicking it afterwards opens it
     assert window.conv_id == first and window.messages[0]["content"] == "First chat."
+
+
+def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The view jumped to the top when an answer ended, if the reader had scrolled up."""
+    win = MainWindow(model_path=model_path)
+    qtbot.addWidget(win)
+    win.show()
+    win.messages = [{"role": "assistant", "content": "\n\n".join(f"Paragraph {i}." for i in range(200)), "stats": {}}]
+    win._render()
+    bar = win.view.verticalScrollBar()
+    assert bar.maximum() > 100
+    bar.setValue(bar.maximum() // 2)
+    win._render()  # e.g. the answer ends
+    assert abs(bar.value() - bar.maximum() // 2) <= 4
+    bar.setValue(bar.maximum())
+    win.messages[0]["content"] += "\n\nOne more."
+    win._render()  # following the end of a streaming answer
+    assert bar.value() == bar.maximum()
+    win.close()

@@ -32,3 +32,16 @@ def test_line_breaks_survive_rendering_outside_code_and_code_is_untouched() -> N
     for line in haiku.splitlines():
         assert any(row.strip() == line for row in shown.splitlines()), shown
     assert "x = 1\ny = 2" in shown and "Then:" in shown
+
+
+def test_an_over_long_message_keeps_its_start_and_end() -> None:
+    """A paste longer than the context was cut at the front, losing the instruction at its start."""
+    from engine.worker.chat_prompt import ChatPrompt
+
+    chat = ChatPrompt(None, "", "", lambda text: text.split())  # one token per word
+    body = " ".join(f"w{i}" for i in range(2000))
+    fitted = chat.fit([{"role": "user", "content": f"Summarize this text: {body} What is the main point?"}], 600)
+    text = " ".join(fitted.tokens)
+    assert len(fitted.tokens) <= 600 and fitted.truncated_last and fitted.cut_chars > 0
+    assert "Summarize this text:" in text and "What is the main point?" in text
+    assert f"{fitted.cut_chars} characters cut" in text

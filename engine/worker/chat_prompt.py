@@ -26,6 +26,10 @@ class FittedPrompt:
     tokens: list[int]
     dropped_messages: int
     truncated_last: bool
+    cut_chars: int = 0  # characters taken out of the middle of the last message
+
+
+CUT_MARK = "\n\n[… {n} characters cut here to fit the model's context …]\n\n"
 
 
 class ChatPrompt:
@@ -58,8 +62,8 @@ class ChatPrompt:
 
     def fit(self, messages: list[dict[str, str]], budget: int) -> FittedPrompt:
         """Tokens of the conversation, dropping the oldest turns (never the system prompt or the last
-        message) until it fits in `budget` tokens; the last message itself is cut from the front as a
-        last resort."""
+        message) until it fits in `budget` tokens; as a last resort the middle of the last message
+        is cut, its start and end kept."""
         validate_messages(messages)
         system = [m for m in messages if m["role"] == "system"][:1]
         turns = [m for m in messages if m["role"] != "system"]
@@ -74,16 +78,20 @@ class ChatPrompt:
             dropped += cut
         if len(tokens) <= budget:
             return FittedPrompt(tokens, dropped, False)
-        # One message longer than the context: keep its end, which is what the user just asked.
+        # One message longer than the context: cut its middle. The start usually says what to do
+        # ("Summarize this text: ...") and the end is what was asked last; both are kept, and the
+        # model is told where text is missing.
         last = dict(turns[-1])
         content = last["content"]
-        while len(tokens) > budget and content:
-            content = content[len(content) // 4 + 1 :] if len(tokens) > 2 * budget else content[max(1, len(content) // 20) :]
-            last["content"] = content
+        keep = len(content)
+        while len(tokens) > budget and keep > 0:
+            keep = int(keep * (0.75 if len(tokens) > 2 * budget else 0.95))
+            head, tail = content[: keep // 2], content[len(content) - (keep - keep // 2) :] if keep else ""
+            last["content"] = head + CUT_MARK.format(n=len(content) - keep) + tail
             tokens = self._tokenize(self.render([*system, last]))
         if len(tokens) > budget:
             raise ChatFormatError(f"the system prompt alone needs more than the {budget} tokens available; shorten it")
-        return FittedPrompt(tokens, dropped, True)
+        return FittedPrompt(tokens, dropped, True, len(content) - keep)
 
 
 def validate_messages(messages: list[dict[str, str]]) -> None:

@@ -305,7 +305,9 @@ class Session:
             if fitted.dropped_messages:
                 what.append(f"the {fitted.dropped_messages} oldest messages were left out")
             if fitted.truncated_last:
-                what.append("the start of your last message was cut")
+                what.append(
+                    f"{fitted.cut_chars} characters were cut from the middle of your last message (its start and end were kept)"
+                )
             emit(
                 p.Notice(
                     req.request_id,
