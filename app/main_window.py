@@ -132,6 +132,9 @@ class MainWindow(QMainWindow):
         self.regen_button = self._button("Regenerate")
         self.edit_button = self._button("Edit last")
         self.copy_button = self._button("Copy answer")
+        self.continue_button = self._button("Continue")
+        self.continue_button.setToolTip("The answer stopped at the length limit: generate more of it")
+        self.continue_button.setVisible(False)
         self.models_button = self._button("Models…")
         self.settings_button = self._button("Settings…")
         self.about_button = self._button("About")
@@ -149,7 +152,7 @@ class MainWindow(QMainWindow):
             buttons.addWidget(b)
         buttons.addStretch()
         actions = QHBoxLayout()
-        for b in (self.regen_button, self.edit_button, self.copy_button):
+        for b in (self.continue_button, self.regen_button, self.edit_button, self.copy_button):
             actions.addWidget(b)
         actions.addStretch()
         actions.addWidget(self.train_button)
@@ -195,6 +198,7 @@ class MainWindow(QMainWindow):
         self.regen_button.clicked.connect(self.regenerate)
         self.edit_button.clicked.connect(self.edit_last)
         self.copy_button.clicked.connect(self.copy_answer)
+        self.continue_button.clicked.connect(self.continue_answer)
         self.restart_button.clicked.connect(self.start_engine)
         self.models_button.clicked.connect(self.open_model_manager)
         self.settings_button.clicked.connect(self.open_settings)
@@ -330,6 +334,7 @@ class MainWindow(QMainWindow):
             return
         self.conv_id, self.messages, self.notices = None, [], []
         self.context_label.setText("")  # the previous chat's count is not this one's
+        self.continue_button.setVisible(False)
         self.system_edit.clear()
         self.sidebar.list.clearSelection()
         self.sidebar.list.setCurrentItem(None)
@@ -351,6 +356,7 @@ class MainWindow(QMainWindow):
         self.messages = [{"role": m.role, "content": m.content, "stats": m.stats, "id": m.id} for m in conv.messages]
         self.notices = []
         self.context_label.setText("")
+        self.continue_button.setVisible(False)
         self.system_edit.setText(conv.system_prompt)
         preset = conv.settings.get("preset")
         if preset in PRESETS:
@@ -397,6 +403,7 @@ class MainWindow(QMainWindow):
         assert self.conv_id is not None
         self.request_id = uuid.uuid4().hex[:12]
         self.notices = []
+        self.continue_button.setVisible(False)
         if not self.bridge.send(p.Generate(self.request_id, self.history, self.sampling)):
             return False
         self.answer = ""
@@ -406,6 +413,21 @@ class MainWindow(QMainWindow):
         self._set_busy(True)
         self._render()
         return True
+
+    def continue_answer(self) -> None:
+        """Generate more of the last answer (it stopped at the length limit), into the same message."""
+        if self.request_id or not self.model_loaded or not self.messages or self.messages[-1]["role"] != "assistant":
+            return
+        last = self.messages[-1]
+        request_id = uuid.uuid4().hex[:12]
+        if not self.bridge.send(p.Generate(request_id, self.history, self.sampling, continue_answer=True)):
+            return
+        self.request_id, self.notices = request_id, []
+        self.answer, self.answer_msg_id = last["content"], last["id"]
+        self.continue_button.setVisible(False)
+        self.meter.reset()
+        self._set_busy(True)
+        self._render()
 
     def stop_answer(self) -> None:
         if self.request_id:
@@ -476,6 +498,12 @@ class MainWindow(QMainWindow):
             self.store.update_message(self.answer_msg_id, self.answer, complete=True, stats=self.messages[-1]["stats"])
             if msg.finish_reason == "cancelled":
                 self.notices.append("[stopped]")
+            cut = msg.finish_reason == "length"
+            if cut:
+                self.notices.append(
+                    f"The answer stopped at the {self.sampling.max_tokens}-token limit. Continue writes more of it."
+                )
+            self.continue_button.setVisible(cut)
             self.request_id = ""
             self._show_status()  # an earlier error is over once an answer completes
             self._set_busy(False)

@@ -209,16 +209,22 @@ class WorkerClient:
         sampling: p.Sampling | None = None,
         request_id: str | None = None,
         report_margins: bool = False,
+        continue_answer: bool = False,
     ) -> str:
         rid = request_id or uuid.uuid4().hex[:12]
-        self.send(p.Generate(rid, messages, sampling or p.Sampling(), report_margins))
+        self.send(p.Generate(rid, messages, sampling or p.Sampling(), report_margins, continue_answer))
         return rid
 
     def stream(
-        self, messages: list[dict[str, str]], sampling: p.Sampling | None = None, timeout: float = 600.0
+        self,
+        messages: list[dict[str, str]],
+        sampling: p.Sampling | None = None,
+        timeout: float = 600.0,
+        continue_answer: bool = False,
     ) -> Iterator[p.Message]:
-        """Yield this request's events up to and including Done; an Error raises WorkerError."""
-        return self.events_of(self.generate(messages, sampling), timeout)
+        """Yield this request's events up to and including Done; an Error raises WorkerError.
+        continue_answer: messages end with an unfinished answer, to be continued."""
+        return self.events_of(self.generate(messages, sampling, continue_answer=continue_answer), timeout)
 
     def events_of(self, rid: str, timeout: float = 600.0) -> Iterator[p.Message]:
         """The events of request rid, up to and including Done; an Error raises WorkerError."""

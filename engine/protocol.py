@@ -143,6 +143,9 @@ class Generate(Message):
     # logits it was chosen from (vanilla only; where a mode diverges from vanilla it tells a
     # numerical tie from a real difference)
     report_margins: bool = False
+    # the last message is the assistant's unfinished answer (it stopped at max_tokens): generate
+    # its continuation; only the new text streams back
+    continue_answer: bool = False
 
 
 @dataclass

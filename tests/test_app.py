@@ -193,3 +193,18 @@ def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path) ->
     win._render()  # following the end of a streaming answer
     assert bar.value() == bar.maximum()
     win.close()
+
+
+def test_an_answer_cut_at_the_length_limit_says_so_and_continues(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """Answers stopped at max_tokens mid-sentence with no word about it."""
+    window.sampling = p.Sampling.greedy(12)
+    ask(qtbot, window, "Write a long story about a lighthouse keeper and the sea.")
+    qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
+    first = window.answer
+    assert window.continue_button.isVisible() and "12-token limit" in window.transcript()
+    qtbot.mouseClick(window.continue_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
+    assert window.answer.startswith(first) and len(window.answer) > len(first)
+    assert [m["role"] for m in window.messages] == ["user", "assistant"]  # one answer, grown
+    stored = window.store.get(window.conv_id).messages
+    assert stored[-1].content == window.answer and stored[-1].complete

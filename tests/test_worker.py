@@ -51,6 +51,18 @@ def test_greedy_is_deterministic_and_streams(worker: WorkerClient) -> None:
     assert stats.decode_tok_s > 0 and stats.ttft_ms > 0 and stats.n_prompt == done1.n_prompt
 
 
+def test_an_answer_stopped_at_the_length_limit_continues_where_it_stopped(worker: WorkerClient) -> None:
+    _e, whole = run(worker, QUESTION, p.Sampling.greedy(40))
+    _e, part = run(worker, QUESTION, p.Sampling.greedy(20))
+    assert part.finish_reason == "length"
+    events = list(
+        worker.stream([*QUESTION, {"role": "assistant", "content": part.text}], p.Sampling.greedy(20), continue_answer=True)
+    )
+    rest = events[-1]
+    assert isinstance(rest, p.Done) and rest.text
+    assert (part.text + rest.text).startswith(whole.text[: len(part.text) + 8])  # greedy: the same answer goes on
+
+
 def test_seeded_sampling_repeats_and_differs_by_seed(worker: WorkerClient) -> None:
     hot = dict(temperature=1.2, top_k=0, top_p=1.0, min_p=0.0, max_tokens=24)
     a = run(worker, QUESTION, p.Sampling(seed=1, **hot))[1].tokens

@@ -60,16 +60,23 @@ class ChatPrompt:
         except Exception as exc:  # jinja errors of many kinds: the template is the model's, not ours
             raise ChatFormatError(f"the model's chat template failed on this conversation: {exc}") from exc
 
-    def fit(self, messages: list[dict[str, str]], budget: int) -> FittedPrompt:
+    def fit(self, messages: list[dict[str, str]], budget: int, continue_answer: bool = False) -> FittedPrompt:
         """Tokens of the conversation, dropping the oldest turns (never the system prompt or the last
         message) until it fits in `budget` tokens; as a last resort the middle of the last message
         is cut, its start and end kept."""
+        # continue_answer: the last message is an unfinished answer; the prompt is the conversation
+        # before it with the generation prompt, followed by that answer's text
+        answer = ""
+        if continue_answer:
+            if not messages or messages[-1].get("role") != "assistant":
+                raise ChatFormatError("continuing an answer needs the unfinished answer as the last message")
+            answer, messages = messages[-1]["content"], messages[:-1]
         validate_messages(messages)
         system = [m for m in messages if m["role"] == "system"][:1]
         turns = [m for m in messages if m["role"] != "system"]
         dropped = 0
         while True:
-            tokens = self._tokenize(self.render(system + turns))
+            tokens = self._tokenize(self.render(system + turns) + answer)
             if len(tokens) <= budget or len(turns) <= 1:
                 break
             # Drop a whole exchange at once so the history never starts with an assistant reply.
@@ -88,7 +95,7 @@ class ChatPrompt:
             keep = int(keep * (0.75 if len(tokens) > 2 * budget else 0.95))
             head, tail = content[: keep // 2], content[len(content) - (keep - keep // 2) :] if keep else ""
             last["content"] = head + CUT_MARK.format(n=len(content) - keep) + tail
-            tokens = self._tokenize(self.render([*system, last]))
+            tokens = self._tokenize(self.render([*system, last]) + answer)
         if len(tokens) > budget:
             raise ChatFormatError(f"the system prompt alone needs more than the {budget} tokens available; shorten it")
         return FittedPrompt(tokens, dropped, True, len(content) - keep)
