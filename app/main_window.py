@@ -85,6 +85,19 @@ QPushButton:focus { border: 2px solid palette(highlight); border-radius: 4px; pa
 """
 
 
+# What users read for the worker's error kinds (engine/protocol.py Error.kind), never the raw kind.
+ERROR_TITLES = {
+    "model_file": "The model file cannot be used",
+    "load_failed": "The model could not be loaded",
+    "no_model": "No model is loaded",
+    "bad_settings": "These settings cannot be used",
+    "bad_request": "The request could not be answered",
+    "busy": "The engine is busy",
+    "worker_died": "The engine stopped unexpectedly",
+    "internal": "The engine hit an internal error",
+}
+
+
 class MainWindow(QMainWindow):
     def __init__(
         self, model_path: str | Path | None = None, sampling: p.Sampling | None = None, store: ConversationStore | None = None
@@ -353,10 +366,13 @@ class MainWindow(QMainWindow):
             return
         conv = self.store.get(conv_id)
         self.conv_id = conv.id
-        self.messages = [{"role": m.role, "content": m.content, "stats": m.stats, "id": m.id} for m in conv.messages]
+        self.messages = [
+            {"role": m.role, "content": m.content, "stats": m.stats, "id": m.id, "interrupted": not m.complete}
+            for m in conv.messages
+        ]
         self.notices = []
         self.context_label.setText("")
-        self.continue_button.setVisible(False)
+        self.continue_button.setVisible(bool(self.messages) and bool(self.messages[-1].get("interrupted")))
         self.system_edit.setText(conv.system_prompt)
         preset = conv.settings.get("preset")
         if preset in PRESETS:
@@ -423,6 +439,7 @@ class MainWindow(QMainWindow):
         if not self.bridge.send(p.Generate(request_id, self.history, self.sampling, continue_answer=True)):
             return
         self.request_id, self.notices = request_id, []
+        last["interrupted"] = False
         self.answer, self.answer_msg_id = last["content"], last["id"]
         self.continue_button.setVisible(False)
         self.meter.reset()
@@ -462,6 +479,7 @@ class MainWindow(QMainWindow):
     def on_event(self, msg: p.Message) -> None:
         if isinstance(msg, p.Loaded):
             self.model_loaded = True
+            self.notices = [n for n in self.notices if not n.startswith("**")]  # earlier errors are over
             self.n_ctx = msg.n_ctx
             self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
@@ -472,6 +490,7 @@ class MainWindow(QMainWindow):
             self._show_status()
             self.train_button.setVisible(msg.trainable)
             self._set_busy(False)
+            self._render()
         elif isinstance(msg, p.AutoDecided):  # auto finished measuring in the background
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             self._status = (f"{self._status[0].rsplit(' · ', 1)[0]} · {msg.mode}", msg.mode_reason)
@@ -514,17 +533,25 @@ class MainWindow(QMainWindow):
 
     def _show_error(self, kind: str, message: str) -> None:
         if self.request_id:
-            # The failed question goes back into the input box, and out of the conversation, so
-            # nothing typed is lost and nothing is sent twice.
             self.request_id = ""
-            users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
-            if users:
-                i = users[-1]
-                self.input.setPlainText(self.messages[i]["content"])
-                if self.conv_id:
-                    self.store.truncate_from(self.conv_id, self.messages[i]["id"])
-                del self.messages[i:]
-        self.notices.append(f"**Error ({kind}):** {message}")
+            last = self.messages[-1] if self.messages else None
+            if last is not None and last["role"] == "assistant" and last["content"]:
+                # Part of the answer had streamed: it stays, marked interrupted, and can be
+                # continued or regenerated once the engine is back.
+                last["interrupted"] = True
+                self.store.update_message(last["id"], last["content"], complete=False)
+                self.continue_button.setVisible(True)
+            else:
+                # Nothing answered yet: the question goes back into the input box, and out of the
+                # conversation, so nothing typed is lost and nothing is sent twice.
+                users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+                if users:
+                    i = users[-1]
+                    self.input.setPlainText(self.messages[i]["content"])
+                    if self.conv_id:
+                        self.store.truncate_from(self.conv_id, self.messages[i]["id"])
+                    del self.messages[i:]
+        self.notices.append(f"**{ERROR_TITLES.get(kind, 'Something went wrong')}:** {message}")
         self.state_label.setText(f"Error: {message.splitlines()[0]}")
         self._error_shown = True
         if kind == "worker_died":

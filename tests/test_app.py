@@ -56,21 +56,42 @@ def test_shift_enter_inserts_a_newline_instead_of_sending(qtbot, window: MainWin
     assert "\n" in window.input.toPlainText()
 
 
-def test_killed_worker_keeps_the_question_and_restarts(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_killed_worker_keeps_the_partial_answer_and_continues_after_restart(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 mid-answer used to discard what had streamed and move the question back into the
+    input box, and the error stayed in the transcript after the restart."""
     window.sampling = p.Sampling.greedy(400)
     ask(qtbot, window, "Tell me a long story about a dragon.")
-    qtbot.waitUntil(lambda: len(window.answer) > 0, timeout=60_000)
+    qtbot.waitUntil(lambda: len(window.answer) > 20, timeout=60_000)
     os.kill(window.bridge.client.pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: window.restart_button.isVisible(), timeout=30_000)
-    assert "Error (worker_died)" in window.transcript()
-    assert window.input.toPlainText() == "Tell me a long story about a dragon."  # nothing typed is lost
-    assert not window.send_button.isEnabled()
+    partial = window.messages[-1]["content"]
+    text = window.transcript()
+    assert partial and partial[:20] in text and "[interrupted" in text
+    assert "The engine stopped unexpectedly" in text and "worker_died" not in text  # no raw error kinds
+    assert window.input.toPlainText() == ""  # the question stays in the conversation
+    assert window.store.get(window.conv_id).messages[-1].content == partial
+    assert not window.send_button.isEnabled() and window.continue_button.isVisible()
     qtbot.mouseClick(window.restart_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.model_loaded, timeout=60_000)
+    assert "stopped unexpectedly" not in window.transcript()  # the error is over
     window.sampling = p.Sampling.greedy(8)
-    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.continue_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
-    assert window.answer
+    assert window.answer.startswith(partial) and len(window.answer) > len(partial)
+    assert "[interrupted" not in window.transcript()
+    assert window.store.get(window.conv_id).messages[-1].complete
+
+
+def test_a_worker_dying_before_any_answer_puts_the_question_back(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    window.sampling = p.Sampling.greedy(400)
+    window.input.setPlainText("Tell me about dragons.")
+    window.send_message()
+    os.kill(window.bridge.client.pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: window.restart_button.isVisible(), timeout=30_000)
+    if not window.messages:  # nothing had streamed: nothing typed is lost, nothing is sent twice
+        assert window.input.toPlainText() == "Tell me about dragons."
+    qtbot.mouseClick(window.restart_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.model_loaded, timeout=60_000)
 
 
 APP_SESSION = """

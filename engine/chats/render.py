@@ -57,5 +57,7 @@ def conversation_markdown(messages: list[dict]) -> tuple[str, list[str]]:
         footer = ""
         if m["role"] == "assistant" and stats.get("decode_tok_s"):
             footer = f"\n\n*{stats['decode_tok_s']:.1f} tok/s · {stats.get('n_generated', 0)} tokens · {stats.get('mode', '')}*"
+        if m["role"] == "assistant" and m.get("interrupted"):
+            footer += "\n\n*[interrupted: Continue or Regenerate]*"
         parts.append(f"**{role}**\n\n{body if body.strip() else '…'}{footer}")
     return "\n\n---\n\n".join(parts), blocks
