@@ -37,7 +37,8 @@ from engine import protocol as p
 from engine.about import about_text
 from engine.chats.render import conversation_markdown
 from engine.chats.store import ConversationStore
-from engine.models.default_model import ensure_default_model
+from engine.models.default_model import default_model_path, ensure_default_model
+from engine.models.registry import ModelRegistry
 from engine.settings import load_settings, save_settings
 
 
@@ -60,10 +61,10 @@ class _ModelResolver(QObject):
     failed = Signal(str)
     progress = Signal(str)
 
-    def run(self) -> None:
+    def run(self, repair: bool = False) -> None:
         def work() -> None:
             try:
-                self.resolved.emit(str(ensure_default_model(self.progress.emit)))
+                self.resolved.emit(str(ensure_default_model(self.progress.emit, repair=repair)))
             except Exception as exc:
                 self.failed.emit(str(exc))
 
@@ -135,6 +136,14 @@ class MainWindow(QMainWindow):
         self.preset.addItems(list(PRESETS))
         self.preset.setCurrentText("Balanced")
         self.preset.setAccessibleName("Sampling preset")
+        # every installed model (default, downloaded, added with `specee models add`), one click away
+        self.model_switch = QComboBox()
+        self.model_switch.setAccessibleName("Model")
+        self.model_switch.setToolTip("The model to chat with (Models… downloads more)")
+        self.model_switch.setMinimumWidth(220)
+        self.repair_button = self._button("Repair model")
+        self.repair_button.setToolTip("Fetch and verify the default model again")
+        self.repair_button.setVisible(False)
         self.input = PromptEdit()
         self.input.setAccessibleName("Message")
         self.input.setPlaceholderText("Message the model (Enter sends, Shift+Enter for a new line)")
@@ -158,10 +167,11 @@ class MainWindow(QMainWindow):
         self.restart_button.setVisible(False)
 
         top = QHBoxLayout()
+        top.addWidget(self.model_switch)
         top.addWidget(self.system_edit, 1)
         top.addWidget(self.preset)
         buttons = QVBoxLayout()
-        for b in (self.send_button, self.stop_button, self.restart_button):
+        for b in (self.send_button, self.stop_button, self.restart_button, self.repair_button):
             buttons.addWidget(b)
         buttons.addStretch()
         actions = QHBoxLayout()
@@ -212,6 +222,8 @@ class MainWindow(QMainWindow):
         self.edit_button.clicked.connect(self.edit_last)
         self.copy_button.clicked.connect(self.copy_answer)
         self.continue_button.clicked.connect(self.continue_answer)
+        self.repair_button.clicked.connect(self.repair_default_model)
+        self.model_switch.activated.connect(lambda i: self._switch_to(self.model_switch.itemData(i)))
         self.restart_button.clicked.connect(self.start_engine)
         self.models_button.clicked.connect(self.open_model_manager)
         self.settings_button.clicked.connect(self.open_settings)
@@ -273,8 +285,39 @@ class MainWindow(QMainWindow):
             resolver.failed.connect(lambda msg: self._show_error("model", msg))
             resolver.run()
 
+    def refresh_models(self) -> None:
+        """The switcher's list: registered models whose files are there, the loaded one selected."""
+        self.model_switch.blockSignals(True)
+        self.model_switch.clear()
+        paths = []
+        for m in ModelRegistry().all():
+            if m.exists and m.path not in paths:
+                paths.append(m.path)
+                self.model_switch.addItem(
+                    f"{m.id} · {m.size / 1e9:.2f} GB" if m.size >= 1e8 else f"{m.id} · {m.size / 1e6:.0f} MB", m.path
+                )
+        if self.model_path and self.model_path not in paths:
+            self.model_switch.addItem(Path(self.model_path).stem, self.model_path)
+        i = self.model_switch.findData(self.model_path)
+        self.model_switch.setCurrentIndex(max(i, 0))
+        self.model_switch.blockSignals(False)
+
+    def _switch_to(self, path: str | None) -> None:
+        if path and path != self.model_path:
+            self.switch_model(path)
+
+    def repair_default_model(self) -> None:
+        """The default model's file is damaged: fetch it again (verified), then load it."""
+        self.repair_button.setVisible(False)
+        resolver = _ModelResolver(self)
+        resolver.progress.connect(self.state_label.setText)
+        resolver.resolved.connect(self.switch_model)
+        resolver.failed.connect(lambda msg: self._show_error("model_file", msg))
+        resolver.run(repair=True)
+
     def _load(self, path: str) -> None:
         self.model_path = path
+        self.refresh_models()
         self.state_label.setText(f"Loading {Path(path).name}…")
         s = self.settings
         # layout "auto": the worker plans where the layers go and says why in Loaded.plan
@@ -283,6 +326,7 @@ class MainWindow(QMainWindow):
     def open_model_manager(self) -> ModelManager:
         dialog = ModelManager(self)
         dialog.use_model.connect(self.switch_model)
+        dialog.finished.connect(lambda _r: self.refresh_models())
         dialog.show()
         return dialog
 
@@ -531,6 +575,10 @@ class MainWindow(QMainWindow):
         elif isinstance(msg, p.Error):
             self._show_error(msg.kind, msg.message)
 
+    @staticmethod
+    def _is_default_model(path: str | None) -> bool:
+        return path is None or Path(path) == default_model_path()
+
     def _show_error(self, kind: str, message: str) -> None:
         if self.request_id:
             self.request_id = ""
@@ -557,6 +605,8 @@ class MainWindow(QMainWindow):
         if kind == "worker_died":
             self.model_loaded = False
             self.restart_button.setVisible(True)
+        if kind in ("model_file", "load_failed", "model") and self._is_default_model(self.model_path):
+            self.repair_button.setVisible(True)  # "download it again" with a button that does it
         self._set_busy(False)
         self._render()
 

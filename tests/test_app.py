@@ -229,3 +229,30 @@ def test_an_answer_cut_at_the_length_limit_says_so_and_continues(qtbot, window: 
     assert [m["role"] for m in window.messages] == ["user", "assistant"]  # one answer, grown
     stored = window.store.get(window.conv_id).messages
     assert stored[-1].content == window.answer and stored[-1].complete
+
+
+def test_every_installed_model_is_in_the_switcher_and_loads(qtbot, window: MainWindow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A model added with `specee models add` could not be picked in the app."""
+    import shutil
+
+    from engine.cli import main as cli
+
+    copy = tmp_path / "my-own-model.gguf"
+    shutil.copyfile(window.model_path, copy)
+    assert cli(["models", "add", str(copy)]) == 0
+    window.refresh_models()
+    i = window.model_switch.findData(str(copy))
+    assert i >= 0 and "my-own-model" in window.model_switch.itemText(i)
+    assert window.model_switch.currentData() == window.model_path
+    window.model_switch.activated.emit(i)  # the user picks it
+    qtbot.waitUntil(lambda: window.model_loaded and window.model_path == str(copy), timeout=60_000)
+    assert "my-own-model" in window.model_switch.currentText()
+    assert cli(["models", "remove", "my-own-model"]) == 0
+
+
+def test_a_damaged_default_model_offers_repair(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    from engine.models.default_model import default_model_path
+
+    window.model_path = str(default_model_path())
+    window.on_event(p.Error(kind="model_file", message="x.gguf has a corrupt GGUF header. Download it again."))
+    assert window.repair_button.isVisible() and "cannot be used" in window.transcript()

