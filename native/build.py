@@ -70,6 +70,10 @@ class BuildError(RuntimeError):
 
 
 def cache_root() -> Path:
+    """The build cache: SPECEE_NATIVE_CACHE, else native/ under the app's cache dir (tests give the
+    app a fresh cache per run but keep sharing the build)."""
+    if os.environ.get("SPECEE_NATIVE_CACHE"):
+        return Path(os.environ["SPECEE_NATIVE_CACHE"])
     return Path(os.environ.get("SPECEE_CACHE_DIR") or platformdirs.user_cache_dir("specee-chat")) / "native"
 
 

@@ -6,8 +6,10 @@ is extracted once) and never touch the user's real models or registry.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -15,6 +17,13 @@ import pytest
 
 TEST_HOME = Path(os.environ.get("SPECEE_TEST_HOME") or platformdirs.user_cache_dir("specee-chat")) / "test-home"
 os.environ["SPECEE_DATA_DIR"] = str(TEST_HOME / "data")
+# The app's cache (worker logs, auto-mode decisions, measured bandwidth, hashes) is fresh for every
+# run and removed after it, never the user's; the native build cache stays shared (a build artifact).
+_USER_CACHE = Path(os.environ.get("SPECEE_CACHE_DIR") or platformdirs.user_cache_dir("specee-chat"))
+os.environ.setdefault("SPECEE_NATIVE_CACHE", str(_USER_CACHE / "native"))
+RUN_CACHE = Path(tempfile.mkdtemp(prefix="specee-test-cache-"))
+os.environ["SPECEE_CACHE_DIR"] = str(RUN_CACHE)
+atexit.register(shutil.rmtree, RUN_CACHE, True)
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # In-process llama.cpp (engine tests) spins like the worker would without these: on 2 cores,
 # spinning OpenMP threads starve every other process (see engine/worker/process.py).

@@ -207,3 +207,15 @@ def test_worker_loads_with_numpy_and_gguf_imported_before_llama_cpp(model_path: 
         assert loaded.n_layer > 0
         _events, done = run(client, QUESTION, p.Sampling.greedy(8))
         assert done.n_generated == 8
+
+
+def test_tests_never_write_into_the_users_cache(worker: WorkerClient) -> None:
+    """Worker logs, auto-mode decisions and measurements go to this run's own cache dir."""
+    import platformdirs
+
+    from engine.paths import cache_dir
+
+    user_cache = Path(platformdirs.user_cache_dir("specee-chat")).resolve()
+    here = cache_dir().resolve()
+    assert user_cache not in (here, *here.parents)
+    assert worker.log_path is not None and here in worker.log_path.resolve().parents
