@@ -107,6 +107,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("SpecEE Chat")
         self._shown_once = False
         self._status = ("", "")  # the loaded model's status line and its tooltip
+        self.native_info: dict | None = None  # Ready.native of the running worker
         self._error_shown = False
         self.resize(1040, 700)
         self.model_path = str(model_path) if model_path else None
@@ -229,7 +230,9 @@ class MainWindow(QMainWindow):
         self.settings_button.clicked.connect(self.open_settings)
         self.about_button.clicked.connect(
             lambda: QMessageBox.about(
-                self, "About SpecEE Chat", about_text() + "\n\nLocal chat with SpecEE early exit and EAGLE drafting."
+                self,
+                "About SpecEE Chat",
+                about_text(self.native_info) + "\n\nLocal chat with SpecEE early exit and EAGLE drafting.",
             )
         )
         self.train_button.clicked.connect(self.train_acceleration)
@@ -521,7 +524,9 @@ class MainWindow(QMainWindow):
             QApplication.clipboard().setText(answers[-1])
 
     def on_event(self, msg: p.Message) -> None:
-        if isinstance(msg, p.Loaded):
+        if isinstance(msg, p.Ready):
+            self.native_info = msg.native  # the worker's llama.cpp build, for About
+        elif isinstance(msg, p.Loaded):
             self.model_loaded = True
             self.notices = [n for n in self.notices if not n.startswith("**")]  # earlier errors are over
             self.n_ctx = msg.n_ctx

@@ -12,8 +12,12 @@ from engine import __version__
 from engine.paths import REPO_ROOT
 
 
-def build_identity() -> dict:
+def build_identity(native: dict | None = None) -> dict:
+    """Version, commit and, when given, the native build the worker reported (Ready.native): the
+    window never loads llama.cpp itself, so it passes what the worker said."""
     info = {"version": __version__, "commit": "unknown", "frozen": bool(getattr(sys, "frozen", False))}
+    if native is not None:
+        info["native_build"] = native.get("build_key", "upstream") if native.get("patched", True) else "upstream"
     stamp = Path(sys.executable).parent / "build-info.json"
     if info["frozen"] and stamp.is_file():
         try:
@@ -26,15 +30,9 @@ def build_identity() -> dict:
         info["commit"] = out.stdout.strip() or "unknown"
     except (OSError, subprocess.TimeoutExpired):
         pass
-    try:
-        from engine.native import build_info
-
-        info["native_build"] = build_info().get("build_key", "upstream")
-    except Exception:
-        info["native_build"] = "not loaded"
     return info
 
 
-def about_text() -> str:
-    i = build_identity()
-    return f"SpecEE Chat {i['version']} (build {i['commit']}, native {i.get('native_build', '-')})"
+def about_text(native: dict | None = None) -> str:
+    i = build_identity(native)
+    return f"SpecEE Chat {i['version']} (build {i['commit']}, native {i.get('native_build', 'not started yet')})"

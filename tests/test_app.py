@@ -256,3 +256,12 @@ def test_a_damaged_default_model_offers_repair(qtbot, window: MainWindow) -> Non
     window.model_path = str(default_model_path())
     window.on_event(p.Error(kind="model_file", message="x.gguf has a corrupt GGUF header. Download it again."))
     assert window.repair_button.isVisible() and "cannot be used" in window.transcript()
+
+
+def test_about_shows_the_workers_native_build(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """The window never loads llama.cpp itself (tests/test_contracts.py); About shows the build the
+    worker reported when it started."""
+    from engine.about import about_text
+
+    assert window.native_info and window.native_info.get("build_key")
+    assert window.native_info["build_key"] in about_text(window.native_info)

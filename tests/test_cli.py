@@ -157,3 +157,5 @@ def test_about_names_version_and_build() -> None:
     info = build_identity()
     assert info["version"] == __version__ and info["commit"] != "" and not info["frozen"]
     assert about_text().startswith(f"SpecEE Chat {__version__} (build ")
+    key = build_info()["build_key"]
+    assert f"native {key}" in about_text({"patched": True, "build_key": key})  # what the worker's Ready says
