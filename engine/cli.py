@@ -13,6 +13,7 @@ from engine.hashing import sha256_file
 from engine.models.default_model import DefaultModelError, ensure_default_model
 from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.models.registry import ModelRecord, ModelRegistry
+from engine.models.weights_check import check_weights
 from engine.stats_text import accel_summary
 
 
@@ -187,6 +188,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "add":
         path = Path(args.path).expanduser().resolve()
         info = inspect_gguf(path)
+        check_weights(info)
         registry.add(ModelRecord(path.stem, str(path), sha256_file(path), path.stat().st_size, "local"))
         print(f"added {path.stem}: {info.name}, {info.architecture}, {info.n_layer} layers")
         return 0

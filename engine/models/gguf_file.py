@@ -50,6 +50,8 @@ class GGUFInfo:
     # sha256 of the tokenizer's model, vocabulary and merges as stored: equal means a draft model
     # proposes token ids the target reads the same way
     tokenizer_sha256: str = ""
+    tensor_dims: dict[str, list[int]] = field(default_factory=dict)
+    tensor_offsets: dict[str, int] = field(default_factory=dict)  # from data_offset
 
     @property
     def architecture(self) -> str:
@@ -145,13 +147,19 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
                 if key in _TOKENIZER_KEYS:
                     tokenizer_spans.append((key, start, fh.tell()))
             alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
-            data_end_rel, types, sizes = 0, {}, {}
+            data_end_rel, types, sizes, all_dims, offsets = 0, {}, {}, {}, {}
             for _ in range(tensor_count):
                 name = r.string()
                 n_dims = r.unpack("I")
+                if not 1 <= n_dims <= 4:
+                    raise ValueError(f"tensor {name} claims {n_dims} dimensions")
                 dims = [r.unpack("Q") for _ in range(n_dims)]
                 ttype, offset = r.unpack("I"), r.unpack("Q")
                 sizes[name] = _tensor_bytes(name, ttype, dims)
+                if sizes[name] > MAX_TENSOR_BYTES or offset > MAX_TENSOR_BYTES:
+                    # garbled dimensions, not a short file: say so (not "terabytes needed")
+                    raise ValueError(f"tensor {name} claims shape {dims}, larger than any model file")
+                all_dims[name], offsets[name] = dims, offset
                 data_end_rel = max(data_end_rel, offset + sizes[name])
                 types[name] = ttype
             header_end = fh.tell()
@@ -176,7 +184,31 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
             "The download was probably interrupted; download it again.",
         )
     tokenizer = tok_hash.hexdigest() if tokenizer_spans else ""
-    return GGUFInfo(path, version, metadata, tensor_count, data_offset, data_end, size, types, sizes, tokenizer)
+    info = GGUFInfo(
+        path, version, metadata, tensor_count, data_offset, data_end, size, types, sizes, tokenizer, all_dims, offsets
+    )
+    _check_shapes(info)
+    return info
+
+
+# no real tensor comes near this (a 1 TB tensor); a header claiming more has garbled numbers, which
+# must not be reported as a download short of petabytes
+MAX_TENSOR_BYTES = 1 << 40
+
+
+def _check_shapes(info: GGUFInfo) -> None:
+    """Tensor shapes against the architecture's own hyperparameters: a header whose numbers were
+    damaged is caught here with a clear message, before llama.cpp sees it."""
+    n_embd = info.arch_value("embedding_length")
+    if not isinstance(n_embd, int):
+        return
+    for name, dims in info.tensor_dims.items():
+        if (name == "token_embd.weight" or name.endswith(".attn_norm.weight")) and dims[0] != n_embd:
+            raise ModelFileError(
+                "corrupt",
+                f"{info.path.name} is damaged: tensor {name} has shape {dims} but the model's embedding length is "
+                f"{n_embd}. Download it again.",
+            )
 
 
 def _tensor_bytes(name: str, ttype: int, dims: list[int]) -> int:

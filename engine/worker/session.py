@@ -21,6 +21,7 @@ from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationError, che
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import ModelFileError, inspect_gguf
+from engine.models.weights_check import check_weights
 from engine.native import build_info
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
@@ -48,6 +49,7 @@ class Session:
     def __init__(self, load: p.Load) -> None:
         start = time.perf_counter()
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
+        check_weights(info)  # ... and for a sound header over garbage weights
         placement, self.plan, predicted = resolve_placement(load)
         self.placement = placement
         self.n_threads = placement.n_threads or physical_cores()
