@@ -529,6 +529,8 @@ class MainWindow(QMainWindow):
         elif isinstance(msg, p.Loaded):
             self.model_loaded = True
             self.notices = [n for n in self.notices if not n.startswith("**")]  # earlier errors are over
+            if msg.chat_format_note:
+                self.notices.append(msg.chat_format_note)
             self.n_ctx = msg.n_ctx
             self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)

@@ -51,6 +51,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         )
         if loaded.mode_reason:
             print(f"[{loaded.mode_reason}]", file=sys.stderr)
+        if loaded.chat_format_note:
+            print(f"[{loaded.chat_format_note}]", file=sys.stderr)
         interrupted = False  # the last prompt was left with Ctrl+C: a second one quits
         while True:
             try:

@@ -195,6 +195,7 @@ class Loaded(Message):
     plan: str = ""  # why: the planner's explanation, or the explicit override
     predicted_tok_s: dict[str, float] = field(default_factory=dict)  # the planner's decode speed here, per mode
     trainable: bool = False  # no EAGLE head is installed for this model, and our trainers support its architecture
+    chat_format_note: str = ""  # set when the file has no chat template (and when it looks like a base model)
 
 
 @dataclass

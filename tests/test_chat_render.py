@@ -45,3 +45,21 @@ def test_an_over_long_message_keeps_its_start_and_end() -> None:
     assert len(fitted.tokens) <= 600 and fitted.truncated_last and fitted.cut_chars > 0
     assert "Summarize this text:" in text and "What is the main point?" in text
     assert f"{fitted.cut_chars} characters cut" in text
+
+
+def test_a_model_without_a_template_gets_its_architectures_format_and_a_base_model_warning() -> None:
+    """A GGUF with no chat template was always formatted as ChatML and answered with <|im_end|> bits."""
+    from engine.worker.chat_prompt import _apply_builtin, builtin_template, looks_like_base_model
+
+    assert builtin_template("gemma2", lambda _t: False) == "gemma"
+    assert builtin_template("llama", lambda t: t == "<|eot_id|>") == "llama3"
+    assert builtin_template("llama", lambda _t: False) == "llama2"
+    assert builtin_template("some-new-arch", lambda _t: False) == "chatml"
+    messages = [{"role": "user", "content": "Hi there"}]
+    assert "<start_of_turn>user\nHi there" in _apply_builtin("gemma", messages)
+    assert "<|start_header_id|>user<|end_header_id|>" in _apply_builtin("llama3", messages)
+    assert _apply_builtin("chatml", messages).endswith("<|im_start|>assistant\n")
+    assert looks_like_base_model("Llama 3.2 1B", has_template=False)
+    assert not looks_like_base_model("Llama 3.2 1B Instruct", has_template=False)
+    assert not looks_like_base_model("gemma-2-2b-it", has_template=False)
+    assert not looks_like_base_model("anything", has_template=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import llama_cpp
 from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -15,6 +17,29 @@ CHATML_FALLBACK = (
 )
 
 VALID_ROLES = {"system", "user", "assistant"}
+
+# A GGUF without a template: the format its architecture's chat models use, by llama.cpp's name for
+# it (llama_chat_apply_template's built-ins); ChatML where llama.cpp knows none.
+BUILTIN_BY_ARCH = {
+    "gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "phi3": "phi3", "command-r": "command-r",
+    "cohere2": "command-r", "deepseek": "deepseek", "deepseek2": "deepseek2", "chatglm": "chatglm4",
+    "glm4": "chatglm4", "exaone": "exaone3", "exaone4": "exaone4", "granite": "granite", "minicpm": "minicpm",
+    "qwen2": "chatml", "qwen3": "chatml", "llama4": "llama4",
+}  # fmt: skip
+BASE_MODEL_HINTS = ("instruct", "chat", "-it", "_it", " it", "sft", "rlhf", "dpo", "assistant")
+
+
+def builtin_template(architecture: str, vocab_has: Callable[[str], bool]) -> str:
+    """llama.cpp's built-in chat format for a model that carries no template of its own."""
+    if architecture == "llama":  # Llama 3 marks turns with <|eot_id|>; Llama 2 and Mistral with [INST]
+        return "llama3" if vocab_has("<|eot_id|>") else "llama2"
+    return BUILTIN_BY_ARCH.get(architecture, "chatml")
+
+
+def looks_like_base_model(name: str, has_template: bool) -> bool:
+    """No template and no chat/instruct in its name: most likely a base model, which continues text
+    rather than answering."""
+    return not has_template and not any(h in f" {name.lower()}" for h in BASE_MODEL_HINTS)
 
 
 class ChatFormatError(ValueError):
@@ -33,10 +58,21 @@ CUT_MARK = "\n\n[… {n} characters cut here to fit the model's context …]\n\n
 
 
 class ChatPrompt:
-    def __init__(self, template: str | None, bos: str, eos: str, tokenize: Callable[[str], list[int]]) -> None:
+    def __init__(
+        self,
+        template: str | None,
+        bos: str,
+        eos: str,
+        tokenize: Callable[[str], list[int]],
+        builtin: Callable[[list[dict[str, str]]], str] | None = None,
+        builtin_name: str = "",
+    ) -> None:
         self.has_template = bool(template)
         self._formatter = Jinja2ChatFormatter(template or CHATML_FALLBACK, eos_token=eos, bos_token=bos)
         self._tokenize = tokenize
+        # no template of its own: llama.cpp's built-in format for the architecture, when given
+        self._builtin = None if template else builtin
+        self.format_name = "the model's own template" if template else (builtin_name or "chatml")
 
     @classmethod
     def for_model(cls, llm: Llama, template: str | None) -> ChatPrompt:
@@ -52,10 +88,15 @@ class ChatPrompt:
             # a template that writes the BOS text itself must not get a second one
             return llm.tokenize(text.encode("utf-8"), add_bos=add_bos and not (bos and text.startswith(bos)), special=True)
 
-        return cls(template, bos, eos, tokenize)
+        if template:
+            return cls(template, bos, eos, tokenize)
+        name = builtin_template(_architecture(llm), lambda piece: _vocab_has(llm, piece))
+        return cls(None, bos, eos, tokenize, lambda messages: _apply_builtin(name, messages), name)
 
     def render(self, messages: list[dict[str, str]]) -> str:
         try:
+            if self._builtin is not None:
+                return self._builtin(messages)
             return self._formatter(messages=messages).prompt
         except Exception as exc:  # jinja errors of many kinds: the template is the model's, not ours
             raise ChatFormatError(f"the model's chat template failed on this conversation: {exc}") from exc
@@ -109,3 +150,32 @@ def validate_messages(messages: list[dict[str, str]]) -> None:
             raise ChatFormatError(f"each message needs a role (system/user/assistant) and text content, got {str(m)[:80]}")
     if messages[-1]["role"] != "user":
         raise ChatFormatError("the last message must be the user's")
+
+
+def _architecture(llm: Llama) -> str:
+    buf = ctypes.create_string_buffer(128)
+    n = llama_cpp.llama_model_meta_val_str(llm._model.model, b"general.architecture", buf, len(buf))
+    return buf.value.decode() if n > 0 else ""
+
+
+def _vocab_has(llm: Llama, piece: str) -> bool:
+    toks = llm.tokenize(piece.encode(), add_bos=False, special=True)
+    return len(toks) == 1
+
+
+def _apply_builtin(name: str, messages: list[dict[str, str]]) -> str:
+    """llama.cpp's own rendering of a built-in chat format (llama_chat_apply_template)."""
+    keep = [(m["role"].encode(), m["content"].encode()) for m in messages]
+    chat = (llama_cpp.llama_chat_message * len(keep))()
+    for i, (role, content) in enumerate(keep):
+        chat[i].role, chat[i].content = role, content
+    size = 2 * sum(len(r) + len(c) for r, c in keep) + 256
+    for _ in range(2):
+        buf = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_chat_apply_template(name.encode(), chat, len(keep), True, buf, size)
+        if n < 0:
+            raise ChatFormatError(f"llama.cpp has no chat format named {name}")
+        if n <= size:
+            return buf.raw[:n].decode("utf-8", errors="replace")
+        size = n + 1
+    raise ChatFormatError("the chat format's output did not fit")

@@ -20,13 +20,13 @@ from engine.hardware import physical_cores
 from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
-from engine.models.gguf_file import ModelFileError, inspect_gguf
+from engine.models.gguf_file import GGUFInfo, ModelFileError, inspect_gguf
 from engine.models.weights_check import check_weights
 from engine.native import build_info
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
 from engine.worker import auto
-from engine.worker.chat_prompt import ChatPrompt
+from engine.worker.chat_prompt import ChatPrompt, looks_like_base_model
 from engine.worker.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
 from engine.worker.threads import ThreadGovernor
 
@@ -118,6 +118,7 @@ class Session:
             placement=placement,
             plan=self.plan,
             predicted_tok_s=predicted,
+            chat_format_note=self._chat_format_note(info),
             trainable=info.architecture in ACCELERATED_ARCHS and not self._has_head(Path(load.model_path)),
         )
 
@@ -294,6 +295,20 @@ class Session:
     def _set_threads(self, n: int) -> None:
         llama_cpp.llama_set_n_threads(self.llm._ctx.ctx, n, n)
         self.decoder.set_threads(n)
+
+    def _chat_format_note(self, info: GGUFInfo) -> str:
+        if self.prompt.has_template:
+            return ""
+        note = (
+            f"This model file carries no chat template, so conversations are formatted as {self.prompt.format_name}"
+            f" (llama.cpp's format for {info.architecture or 'this'} models)."
+        )
+        if looks_like_base_model(info.name, False):
+            note += (
+                " It also looks like a base model, not a chat model: it continues text rather than answering."
+                " For conversations, pick an instruct or chat version of it."
+            )
+        return note
 
     def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
         s = req.sampling
