@@ -27,13 +27,19 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
+    from app.single_instance import SingleInstance
     from app.theme import apply_theme
 
     app = QApplication.instance() or QApplication(argv)
     app.setApplicationName("SpecEE Chat")
     app.setOrganizationName("SpecEE Chat")
+    instance = SingleInstance()
+    if instance.signal_running():
+        print("SpecEE Chat is already running: its window was brought to the front.", file=sys.stderr)
+        return 0
     apply_theme(app)
     window = MainWindow()
+    instance.listen(lambda: (window.showNormal(), window.raise_(), window.activateWindow()))
     window.show()
     window.start_engine()
     if "--screenshot" in argv[1:]:

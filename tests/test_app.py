@@ -265,3 +265,20 @@ def test_about_shows_the_workers_native_build(qtbot, window: MainWindow) -> None
 
     assert window.native_info and window.native_info.get("build_key")
     assert window.native_info["build_key"] in about_text(window.native_info)
+
+
+def test_a_second_launch_brings_the_running_window_forward_and_exits(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A second app instance used to start silently, both writing the same conversations."""
+    from app.main import main
+    from app.single_instance import SingleInstance
+
+    running = SingleInstance()
+    activated: list[bool] = []
+    running.listen(lambda: activated.append(True))
+    try:
+        assert main(["specee-chat"]) == 0  # returns at once: no second window, no second engine
+        qtbot.waitUntil(lambda: bool(activated), timeout=5_000)
+    finally:
+        assert running.server is not None
+        running.server.close()
+    assert not SingleInstance().signal_running()  # nobody listens now
