@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test lint bench upstream reference-models peer clean
+.PHONY: setup run test test-fast lint bench upstream reference-models peer clean
 
 setup: $(VENV)/.deps-stamp
 	$(BIN)/python native/build.py
@@ -28,6 +28,10 @@ $(VENV)/.train-stamp: $(VENV)/.deps-stamp
 
 test: setup lint $(VENV)/.train-stamp
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+# The quick subset (no model, no worker, no native build): seconds, for the edit-test loop.
+test-fast: $(VENV)/.deps-stamp
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(VENV)/.deps-stamp
 	$(BIN)/ruff check .

@@ -104,3 +104,15 @@ def copied_model(model_path: Path, tmp_path: Path) -> Path:
     out = tmp_path / "copy.gguf"
     shutil.copyfile(model_path, out)
     return out
+
+
+# Tests that need the real model, a worker process, a native build or a download are "slow"; the
+# quick subset (`make test-fast`, `pytest -m "not slow"`) is the Qt-free and pure-Python logic.
+SLOW_FIXTURES = {"model_path", "smollm2_wheel", "window", "worker", "llm", "llms", "q4_k_model", "tiny_models", "heads",
+                 "copied_model", "truncated_model"}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or "subprocess" in item.name:
+            item.add_marker(pytest.mark.slow)
