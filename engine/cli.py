@@ -27,23 +27,71 @@ def resolve_model(spec: str | None) -> Path:
     return Path(spec).expanduser()
 
 
-CHAT_COMMANDS = ("/help", "/?", "/new", "/clear", "/quit", "/exit")
+CHAT_COMMANDS = ("/help", "/?", "/new", "/clear", "/continue", "/quit", "/exit")
 CHAT_HELP = """commands (never sent to the model):
   /new, /clear   start a new conversation (forget the history)
+  /continue      write more of the last answer (after the length limit or an interruption)
   /quit, /exit   quit (also Ctrl+D, or Ctrl+C twice at the prompt)
   /help          this list
 Ctrl+C while an answer streams stops that answer; the engine keeps the model loaded."""
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    """The terminal chat: drives the same Qt-free ChatSession as the window (in memory here)."""
+    from engine.chats.session import ChatSession
     from engine.client import WorkerClient, WorkerError
 
     model = resolve_model(args.model)
     sampling = p.Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
     sampling.validate()
-    history: list[dict[str, str]] = [{"role": "system", "content": args.system}] if args.system else []
+    chat = ChatSession(None, sampling, system_prompt=args.system or "")
+    placement = p.Placement(n_ctx=args.ctx, n_threads=args.threads)
     with WorkerClient() as client:
-        loaded = client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads), mode=args.mode)
+
+        def answer(gen: p.Generate | None) -> None:
+            if gen is None:
+                return
+            client.send(gen)
+            stats, shown = p.Stats(), len(chat.notices)
+            try:
+                try:
+                    for ev in client.events_of(gen.request_id):
+                        kind = chat.on_event(ev)
+                        if kind == "token":
+                            print(ev.text, end="", flush=True)  # type: ignore[union-attr]
+                        elif kind == "stats":
+                            stats = ev  # type: ignore[assignment]
+                        elif kind == "notice":
+                            print(f"\n[{chat.notices[-1]}]", file=sys.stderr)
+                except KeyboardInterrupt:
+                    cancel = chat.cancel()
+                    if cancel:
+                        client.send(cancel)
+                    for ev in iter(lambda: client.next_event(30), None):
+                        chat.on_event(ev)
+                        if isinstance(ev, p.Done | p.Error):
+                            break
+            except WorkerError as exc:
+                chat.fail(exc.kind, str(exc))
+                print(f"\n[{chat.notices[-1].replace('**', '')}]", file=sys.stderr)
+                if chat.restored_question:
+                    print("[your question was not answered; send it again]", file=sys.stderr)
+                if exc.kind == "worker_died":
+                    client.start()
+                    chat.on_event(client.load(model, placement, mode=args.mode))
+                return
+            for note in chat.notices[shown:]:
+                print(f" {note}" if note.startswith("[") else f"\n[{note}]", file=sys.stderr)
+            extra = accel_summary(stats.mode, stats.accel)
+            print(
+                f"\n[{stats.decode_tok_s:.1f} tok/s, first token {stats.ttft_ms:.0f} ms{', ' + extra if extra else ''}]",
+                file=sys.stderr,
+            )
+            if chat.can_continue:
+                print("[/continue writes more of this answer]", file=sys.stderr)
+
+        loaded = client.load(model, placement, mode=args.mode)
+        chat.on_event(loaded)
         print(
             f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}, {loaded.mode}) - Ctrl+C stops an answer,"
             " Ctrl+D or /quit quits, /help lists commands.",
@@ -75,41 +123,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 if command in ("/quit", "/exit"):
                     return 0
                 if command in ("/new", "/clear"):
-                    history = history[:1] if args.system else []
+                    chat.new()
+                    chat.system_prompt = args.system or ""
                     print("[new conversation]", file=sys.stderr)
+                elif command == "/continue":
+                    gen = chat.continue_answer()
+                    if gen is None:
+                        print("[no answer to continue]", file=sys.stderr)
+                    answer(gen)
                 else:
                     print(CHAT_HELP, file=sys.stderr)
                 continue
-            history.append({"role": "user", "content": text})
-            answer, stats = "", p.Stats()
-            try:
-                for ev in client.stream(history, sampling):
-                    if isinstance(ev, p.Token):
-                        answer += ev.text
-                        print(ev.text, end="", flush=True)
-                    elif isinstance(ev, p.Stats):
-                        stats = ev
-                    elif isinstance(ev, p.Notice):
-                        print(f"\n[{ev.message}]", file=sys.stderr)
-            except KeyboardInterrupt:
-                client.cancel()
-                for ev in iter(lambda: client.next_event(30), None):
-                    if isinstance(ev, p.Done | p.Error):
-                        break
-                print(" [stopped]", file=sys.stderr)
-            except WorkerError as exc:
-                print(f"\n[error] {exc}", file=sys.stderr)
-                if exc.kind == "worker_died":
-                    client.start()
-                    client.load(model, p.Placement(n_ctx=args.ctx, n_threads=args.threads), mode=args.mode)
-                history.pop()
-                continue
-            history.append({"role": "assistant", "content": answer})
-            extra = accel_summary(stats.mode, stats.accel)
-            print(
-                f"\n[{stats.decode_tok_s:.1f} tok/s, first token {stats.ttft_ms:.0f} ms{', ' + extra if extra else ''}]",
-                file=sys.stderr,
-            )
+            answer(chat.send(text))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
