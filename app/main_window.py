@@ -5,7 +5,6 @@ meter in the status bar. All engine work happens in the worker process (WorkerBr
 from __future__ import annotations
 
 import threading
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from app.worker_bridge import WorkerBridge
 from engine import protocol as p
 from engine.about import about_text
 from engine.chats.render import conversation_markdown
+from engine.chats.session import ChatSession
 from engine.chats.store import ConversationStore
 from engine.models.default_model import default_model_path, ensure_default_model
 from engine.models.registry import ModelRegistry
@@ -86,19 +86,6 @@ QPushButton:focus { border: 2px solid palette(highlight); border-radius: 4px; pa
 """
 
 
-# What users read for the worker's error kinds (engine/protocol.py Error.kind), never the raw kind.
-ERROR_TITLES = {
-    "model_file": "The model file cannot be used",
-    "load_failed": "The model could not be loaded",
-    "no_model": "No model is loaded",
-    "bad_settings": "These settings cannot be used",
-    "bad_request": "The request could not be answered",
-    "busy": "The engine is busy",
-    "worker_died": "The engine stopped unexpectedly",
-    "internal": "The engine hit an internal error",
-}
-
-
 class MainWindow(QMainWindow):
     def __init__(
         self, model_path: str | Path | None = None, sampling: p.Sampling | None = None, store: ConversationStore | None = None
@@ -111,18 +98,12 @@ class MainWindow(QMainWindow):
         self._error_shown = False
         self.resize(1040, 700)
         self.model_path = str(model_path) if model_path else None
-        self.sampling = sampling or p.Sampling()
         self.store = store or ConversationStore()
+        self.chat = ChatSession(self.store, sampling or p.Sampling(), settings={"preset": "Balanced"})
         self.settings = load_settings()
         self.plan_text = ""
-        self.conv_id: str | None = None  # a new, unsaved chat until its first message
-        self.messages: list[dict] = []  # {'role', 'content', 'stats', 'id'} of the open conversation
-        self.request_id = ""
-        self.answer = ""
-        self.answer_msg_id = 0
         self.model_loaded = False
         self.n_ctx = 0
-        self.notices: list[str] = []
         self.code: list[str] = []
 
         self.sidebar = ConversationSidebar(self.store)
@@ -376,8 +357,8 @@ class MainWindow(QMainWindow):
         self._load(path)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self.request_id and self.answer_msg_id:
-            self.store.update_message(self.answer_msg_id, self.answer, complete=False)
+        if self.request_id and self.chat.answer_msg_id:
+            self.store.update_message(self.chat.answer_msg_id, self.answer, complete=False)
         self.bridge.shutdown()
         super().closeEvent(event)
 
@@ -388,11 +369,45 @@ class MainWindow(QMainWindow):
         self.state_label.setText(self._status[0])
         self.state_label.setToolTip(self._status[1])
 
+    # The conversation state lives in the Qt-free ChatSession (engine/chats/session.py), which the
+    # CLI drives too; the window turns its changes into widgets.
+    @property
+    def conv_id(self) -> str | None:
+        return self.chat.conv_id
+
+    @property
+    def messages(self) -> list[dict]:
+        return self.chat.messages
+
+    @messages.setter
+    def messages(self, value: list[dict]) -> None:
+        self.chat.messages = value
+
+    @property
+    def notices(self) -> list[str]:
+        return self.chat.notices
+
+    @property
+    def request_id(self) -> str:
+        return self.chat.request_id
+
+    @property
+    def answer(self) -> str:
+        return self.chat.answer
+
+    @property
+    def sampling(self) -> p.Sampling:
+        return self.chat.sampling
+
+    @sampling.setter
+    def sampling(self, value: p.Sampling) -> None:
+        self.chat.sampling = value
+
     def new_conversation(self) -> None:
-        if self.request_id:
+        if not self.chat.new():
             self.statusBar().showMessage("Stop the answer (Esc) or let it finish to start a new chat", 4000)
             return
-        self.conv_id, self.messages, self.notices = None, [], []
+        self.chat.settings = {"preset": self.preset.currentText()}
         self.context_label.setText("")  # the previous chat's count is not this one's
         self.continue_button.setVisible(False)
         self.system_edit.clear()
@@ -405,45 +420,28 @@ class MainWindow(QMainWindow):
     def open_conversation(self, conv_id: str) -> None:
         if conv_id == self.conv_id:
             return
-        if self.request_id:
+        if not self.chat.open(conv_id):
             # The list would show another chat highlighted while this one streams, and clicking it
             # again later would do nothing: keep the streaming chat selected and say why.
             self.sidebar.select(self.conv_id or "")
             self.statusBar().showMessage("Stop the answer (Esc) or let it finish to switch chats", 4000)
             return
-        conv = self.store.get(conv_id)
-        self.conv_id = conv.id
-        self.messages = [
-            {"role": m.role, "content": m.content, "stats": m.stats, "id": m.id, "interrupted": not m.complete}
-            for m in conv.messages
-        ]
-        self.notices = []
         self.context_label.setText("")
-        self.continue_button.setVisible(bool(self.messages) and bool(self.messages[-1].get("interrupted")))
-        self.system_edit.setText(conv.system_prompt)
-        preset = conv.settings.get("preset")
+        self.continue_button.setVisible(self.chat.can_continue)
+        self.system_edit.setText(self.chat.system_prompt)
+        preset = self.chat.settings.get("preset")
         if preset in PRESETS:
             self.preset.setCurrentText(preset)
         self._set_busy(False)
         self._render()
 
-    def _ensure_conversation(self, first_text: str) -> str:
-        if self.conv_id is None:
-            title = " ".join(first_text.split())[:48] or "New chat"
-            conv = self.store.create(title, self.system_edit.text().strip(), {"preset": self.preset.currentText()})
-            self.conv_id = conv.id
-            self.sidebar.refresh(current=conv.id)
-        return self.conv_id
-
     def _save_system_prompt(self) -> None:
-        if self.conv_id:
-            self.store.set_system_prompt(self.conv_id, self.system_edit.text().strip())
+        self.chat.set_system_prompt(self.system_edit.text())
 
     def _on_preset(self, name: str) -> None:
         temp, top_p = PRESETS[name]
         self.sampling = replace(self.sampling, temperature=temp, top_p=top_p)
-        if self.conv_id:
-            self.store.set_settings(self.conv_id, {"preset": name})
+        self.chat.set_settings({"preset": name})
 
     def _focus_search(self) -> None:
         self.sidebar.search.setFocus()
@@ -452,69 +450,50 @@ class MainWindow(QMainWindow):
     # -- chat -----------------------------------------------------------------------------------------
 
     def send_message(self) -> None:
-        text = self.input.toPlainText().strip()
-        if not text or self.request_id or not self.model_loaded:
+        if not self.model_loaded or self.request_id:
             return
-        conv_id = self._ensure_conversation(text)
-        msg_id = self.store.append(conv_id, "user", text)
-        self.messages.append({"role": "user", "content": text, "stats": {}, "id": msg_id})
-        if self._generate():
+        self.chat.system_prompt = self.system_edit.text().strip()
+        new_chat = self.conv_id is None
+        if self._request(self.chat.send(self.input.toPlainText())):
             self.input.clear()
+            if new_chat:
+                self.sidebar.refresh(current=self.conv_id)
 
-    def _generate(self) -> bool:
-        """Ask for an answer to the conversation as it stands (its last message is the user's)."""
-        assert self.conv_id is not None
-        self.request_id = uuid.uuid4().hex[:12]
-        self.notices = []
-        self.continue_button.setVisible(False)
-        if not self.bridge.send(p.Generate(self.request_id, self.history, self.sampling)):
+    def _request(self, gen: p.Generate | None) -> bool:
+        """Send what the session asks for; the view follows."""
+        if gen is None:
             return False
-        self.answer = ""
-        self.answer_msg_id = self.store.append(self.conv_id, "assistant", "", complete=False)
-        self.messages.append({"role": "assistant", "content": "", "stats": {}, "id": self.answer_msg_id})
+        if not self.bridge.send(gen):
+            self.chat.abandon(gen)
+            return False
+        self.continue_button.setVisible(False)
         self.meter.reset()
         self._set_busy(True)
         self._render()
         return True
 
     def continue_answer(self) -> None:
-        """Generate more of the last answer (it stopped at the length limit), into the same message."""
-        if self.request_id or not self.model_loaded or not self.messages or self.messages[-1]["role"] != "assistant":
-            return
-        last = self.messages[-1]
-        request_id = uuid.uuid4().hex[:12]
-        if not self.bridge.send(p.Generate(request_id, self.history, self.sampling, continue_answer=True)):
-            return
-        self.request_id, self.notices = request_id, []
-        last["interrupted"] = False
-        self.answer, self.answer_msg_id = last["content"], last["id"]
-        self.continue_button.setVisible(False)
-        self.meter.reset()
-        self._set_busy(True)
-        self._render()
+        """Generate more of the last answer (cut at the length limit or interrupted), in place."""
+        if self.model_loaded:
+            self._request(self.chat.continue_answer())
 
     def stop_answer(self) -> None:
-        if self.request_id:
-            self.bridge.send(p.Cancel(self.request_id))
+        cancel = self.chat.cancel()
+        if cancel:
+            self.bridge.send(cancel)
 
     def regenerate(self) -> None:
-        if self.request_id or not self.model_loaded or not self.messages or self.messages[-1]["role"] != "assistant":
-            return
-        last = self.messages.pop()
-        self.store.truncate_from(self.conv_id, last["id"])
-        self._generate()
+        if self.model_loaded:
+            self._request(self.chat.regenerate())
 
     def edit_last(self) -> None:
         """Put the last question back into the input box; it and what followed are removed."""
-        if self.request_id:
+        text = self.chat.edit_last()
+        if text is None:
             return
-        users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
-        if not users:
-            return
-        i = users[-1]
-        self.input.setPlainText(self.messages[i]["content"])
-        self.store.truncate_from(self.conv_id, self.messages[i]["id"])
-        del self.messages[i:]
+        self.input.setPlainText(text)
+        self.continue_button.setVisible(False)
+        self._set_busy(False)
         self._render()
         self.input.setFocus()
 
@@ -526,11 +505,20 @@ class MainWindow(QMainWindow):
     def on_event(self, msg: p.Message) -> None:
         if isinstance(msg, p.Ready):
             self.native_info = msg.native  # the worker's llama.cpp build, for About
-        elif isinstance(msg, p.Loaded):
+            return
+        if isinstance(msg, p.AutoDecided):  # auto finished measuring in the background
+            self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
+            self._status = (f"{self._status[0].rsplit(' · ', 1)[0]} · {msg.mode}", msg.mode_reason)
+            if not self._error_shown:
+                self._show_status()
+            return
+        if isinstance(msg, p.Error):
+            self._show_error(msg.kind, msg.message)
+            return
+        changed = self.chat.on_event(msg)
+        if changed == "loaded":
+            assert isinstance(msg, p.Loaded)
             self.model_loaded = True
-            self.notices = [n for n in self.notices if not n.startswith("**")]  # earlier errors are over
-            if msg.chat_format_note:
-                self.notices.append(msg.chat_format_note)
             self.n_ctx = msg.n_ctx
             self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
@@ -542,71 +530,33 @@ class MainWindow(QMainWindow):
             self.train_button.setVisible(msg.trainable)
             self._set_busy(False)
             self._render()
-        elif isinstance(msg, p.AutoDecided):  # auto finished measuring in the background
-            self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
-            self._status = (f"{self._status[0].rsplit(' · ', 1)[0]} · {msg.mode}", msg.mode_reason)
-            if not self._error_shown:
-                self._show_status()
-        elif isinstance(msg, p.Token) and msg.request_id == self.request_id:
-            self.answer += msg.text
-            self.messages[-1]["content"] = self.answer
-            self.store.update_message(self.answer_msg_id, self.answer, complete=False)
+        elif changed == "token":
             if not self._render_timer.isActive():
                 self._render_timer.start()
-        elif isinstance(msg, p.Stats) and msg.request_id == self.request_id:
+        elif changed == "stats":
+            assert isinstance(msg, p.Stats)
             self.meter.update_stats(msg)
-            self.messages[-1]["stats"] = {
-                "decode_tok_s": msg.decode_tok_s, "ttft_ms": msg.ttft_ms, "n_generated": msg.n_generated, "mode": msg.mode,
-                "accel": {k: v for k, v in msg.accel.items() if k != "exit_hist"},
-            }  # fmt: skip
             if self.n_ctx:
                 self.context_label.setText(f"context {msg.n_ctx_used}/{self.n_ctx}")
-        elif isinstance(msg, p.Notice):
-            self.notices.append(msg.message)
+        elif changed == "notice":
             self._render()
-        elif isinstance(msg, p.Done) and msg.request_id == self.request_id:
-            self.store.update_message(self.answer_msg_id, self.answer, complete=True, stats=self.messages[-1]["stats"])
-            if msg.finish_reason == "cancelled":
-                self.notices.append("[stopped]")
-            cut = msg.finish_reason == "length"
-            if cut:
-                self.notices.append(
-                    f"The answer stopped at the {self.sampling.max_tokens}-token limit. Continue writes more of it."
-                )
-            self.continue_button.setVisible(cut)
-            self.request_id = ""
+        elif changed == "done":
+            self.continue_button.setVisible(self.chat.can_continue)
             self._show_status()  # an earlier error is over once an answer completes
             self._set_busy(False)
             self.sidebar.refresh()
             self._render()
-        elif isinstance(msg, p.Error):
-            self._show_error(msg.kind, msg.message)
 
     @staticmethod
     def _is_default_model(path: str | None) -> bool:
         return path is None or Path(path) == default_model_path()
 
     def _show_error(self, kind: str, message: str) -> None:
-        if self.request_id:
-            self.request_id = ""
-            last = self.messages[-1] if self.messages else None
-            if last is not None and last["role"] == "assistant" and last["content"]:
-                # Part of the answer had streamed: it stays, marked interrupted, and can be
-                # continued or regenerated once the engine is back.
-                last["interrupted"] = True
-                self.store.update_message(last["id"], last["content"], complete=False)
-                self.continue_button.setVisible(True)
-            else:
-                # Nothing answered yet: the question goes back into the input box, and out of the
-                # conversation, so nothing typed is lost and nothing is sent twice.
-                users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
-                if users:
-                    i = users[-1]
-                    self.input.setPlainText(self.messages[i]["content"])
-                    if self.conv_id:
-                        self.store.truncate_from(self.conv_id, self.messages[i]["id"])
-                    del self.messages[i:]
-        self.notices.append(f"**{ERROR_TITLES.get(kind, 'Something went wrong')}:** {message}")
+        self.chat.fail(kind, message)
+        if self.chat.restored_question:
+            self.input.setPlainText(self.chat.restored_question)  # nothing typed is lost
+            self.chat.restored_question = ""
+        self.continue_button.setVisible(self.chat.can_continue)
         self.state_label.setText(f"Error: {message.splitlines()[0]}")
         self._error_shown = True
         if kind == "worker_died":

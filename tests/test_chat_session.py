@@ -20,7 +20,8 @@ def test_send_stream_and_store(tmp_path: Path) -> None:
     store = ConversationStore(tmp_path / "c.db")
     chat = ChatSession(store, p.Sampling.greedy(8), system_prompt="Be brief.")
     gen = chat.send("  What is 2+2?  ")
-    assert gen is not None and gen.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    assert gen is not None
+    assert gen.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
     assert chat.streaming and chat.send("again?") is None  # one request at a time
     _stream(chat, gen, ["4", "."])
     assert not chat.streaming and chat.answer == "4." and chat.messages[-1]["stats"]["decode_tok_s"] == 50.0

@@ -177,7 +177,8 @@ class ChatSession:
             if msg.finish_reason == "cancelled":
                 self.notices.append("[stopped]")
             if msg.finish_reason == "length":
-                self.notices.append(f"The answer stopped at the {self.sampling.max_tokens}-token limit. Continue writes more of it.")
+                limit = self.sampling.max_tokens
+                self.notices.append(f"The answer stopped at the {limit}-token limit. Continue writes more of it.")
                 self.can_continue = True
             self.request_id = ""
             return "done"
