@@ -221,6 +221,7 @@ class MainWindow(QMainWindow):
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
         self.system_edit.editingFinished.connect(self._save_system_prompt)
+        self.system_edit.textChanged.connect(lambda text: setattr(self.chat, "system_prompt", text.strip()))
         self.preset.currentTextChanged.connect(self._on_preset)
         for key, slot in (("Ctrl+N", self.new_conversation), ("Ctrl+K", self._focus_search), ("Esc", self.stop_answer)):
             QShortcut(QKeySequence(key), self, activated=slot)
@@ -248,9 +249,7 @@ class MainWindow(QMainWindow):
     @property
     def history(self) -> list[dict[str, str]]:
         """What the model sees: the system prompt, then the conversation."""
-        system = self.system_edit.text().strip()
-        head = [{"role": "system", "content": system}] if system else []
-        return head + [{"role": m["role"], "content": m["content"]} for m in self.messages]
+        return self.chat.history
 
     # -- engine lifecycle ---------------------------------------------------------------------------
 
@@ -452,7 +451,6 @@ class MainWindow(QMainWindow):
     def send_message(self) -> None:
         if not self.model_loaded or self.request_id:
             return
-        self.chat.system_prompt = self.system_edit.text().strip()
         new_chat = self.conv_id is None
         if self._request(self.chat.send(self.input.toPlainText())):
             self.input.clear()
