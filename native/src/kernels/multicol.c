@@ -129,8 +129,32 @@ INLINE void q4_1_body(int n, float * s, const void * vx, const void * const * vy
     }
 }
 
-INLINE void q8_0_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
-    const block_q8_0 * x = vx;
+// Q8_0 and Q5_0 share everything but how a block's 32 signed quants are unpacked: one body, the
+// block's scale and quants passed as inlined accessors
+typedef float (*block_scale_fn)(const void * vx, int ib);
+typedef __m256i (*block_quants_fn)(const void * vx, int ib);
+
+INLINE float q8_0_scale(const void * vx, int ib) {
+    return F16(((const block_q8_0 *) vx)[ib].d);
+}
+
+INLINE __m256i q8_0_quants(const void * vx, int ib) {
+    return _mm256_loadu_si256((const __m256i *) ((const block_q8_0 *) vx)[ib].qs);
+}
+
+INLINE float q5_0_scale(const void * vx, int ib) {
+    return F16(((const block_q5_0 *) vx)[ib].d);
+}
+
+INLINE __m256i q5_0_quants(const void * vx, int ib) {
+    const block_q5_0 * x = (const block_q5_0 *) vx + ib;
+    // 5-bit values minus 16: the fifth bit clear sets the high nibble to 0xF (two's complement)
+    const __m256i hi = _mm256_andnot_si256(bits32(x->qh), _mm256_set1_epi8((char) 0xF0));
+    return _mm256_or_si256(nibbles32(x->qs), hi);
+}
+
+INLINE void signed32_body(int n, float * s, const void * vx, const void * const * vy, const int nc, block_scale_fn scale,
+                          block_quants_fn quants) {
     const block_q8_0 * y[MAXC];
     __m256 acc[MAXC];
     for (int c = 0; c < nc; ++c) {
@@ -138,8 +162,8 @@ INLINE void q8_0_body(int n, float * s, const void * vx, const void * const * vy
         acc[c] = _mm256_setzero_ps();
     }
     for (int ib = 0; ib < n / QK8_0; ++ib) {
-        const float dx = F16(x[ib].d);
-        const __m256i qx = _mm256_loadu_si256((const __m256i *) x[ib].qs);
+        const float dx = scale(vx, ib);
+        const __m256i qx = quants(vx, ib);
         const __m256i ax = _mm256_sign_epi8(qx, qx);
         for (int c = 0; c < nc; ++c) {
             const __m256 d = _mm256_set1_ps(dx * F16(y[c][ib].d));
@@ -152,29 +176,12 @@ INLINE void q8_0_body(int n, float * s, const void * vx, const void * const * vy
     }
 }
 
+INLINE void q8_0_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+    signed32_body(n, s, vx, vy, nc, q8_0_scale, q8_0_quants);
+}
+
 INLINE void q5_0_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
-    const block_q5_0 * x = vx;
-    const block_q8_0 * y[MAXC];
-    __m256 acc[MAXC];
-    for (int c = 0; c < nc; ++c) {
-        y[c] = vy[c];
-        acc[c] = _mm256_setzero_ps();
-    }
-    for (int ib = 0; ib < n / QK8_0; ++ib) {
-        const float dx = F16(x[ib].d);
-        // 5-bit values minus 16: the fifth bit clear sets the high nibble to 0xF (two's complement)
-        const __m256i hi = _mm256_andnot_si256(bits32(x[ib].qh), _mm256_set1_epi8((char) 0xF0));
-        const __m256i qx = _mm256_or_si256(nibbles32(x[ib].qs), hi);
-        const __m256i ax = _mm256_sign_epi8(qx, qx);
-        for (int c = 0; c < nc; ++c) {
-            const __m256 d = _mm256_set1_ps(dx * F16(y[c][ib].d));
-            const __m256i qy = _mm256_loadu_si256((const __m256i *) y[c][ib].qs);
-            acc[c] = _mm256_fmadd_ps(d, dot_i8(qx, ax, qy), acc[c]);
-        }
-    }
-    for (int c = 0; c < nc; ++c) {
-        s[c] = hsum8(acc[c]);
-    }
+    signed32_body(n, s, vx, vy, nc, q5_0_scale, q5_0_quants);
 }
 
 INLINE void q4_K_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
