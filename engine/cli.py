@@ -471,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--ctx", type=int, default=4096)
     bench.add_argument("--threads", type=int, default=0)
     bench.add_argument("--gpu-layers", type=int, help="override the planner: this many layers on the GPU (-1: all)")
-    bench.add_argument("--layout", choices=["auto", "first", "last"], default="auto",
+    bench.add_argument("--layout", choices=list(p.LAYOUTS), default="auto",
                        help="with --gpu-layers: the first (SpecEE) or last (upstream) layers on the GPU")  # fmt: skip
     bench.add_argument("--peer-server", help="llama-server binary for peer modes (default: built by native/build.py --server)")
     bench.add_argument("--upstream-python", help="interpreter with plain upstream llama-cpp-python (for mode 'upstream')")

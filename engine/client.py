@@ -3,7 +3,8 @@
 Events arrive on a reader thread. Give `on_event` to receive them there (the Qt bridge re-emits
 them as signals); without it they queue up for the blocking helpers used by the CLI, bench and tests.
 A worker that dies, even by `kill -9`, becomes one `Error(kind="worker_died")` event; `start()`
-then launches a fresh one.
+then launches a fresh one. A worker of another protocol version is refused (`version_mismatch`)
+and stopped: its Ready never counts.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ FROZEN_WORKER_FLAG = "--specee-worker"
 
 
 class WorkerError(RuntimeError):
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: p.ErrorKind | str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        # a member whenever the protocol knows the kind (never fail while reporting a failure)
+        self.kind = p.ErrorKind(kind) if kind in p.ErrorKind._value2member_map_ else kind
 
 
 def worker_command(python: str | None = None) -> list[str]:
@@ -124,13 +126,13 @@ class WorkerClient:
     def send(self, msg: p.Message) -> None:
         proc = self._proc
         if proc is None or proc.stdin is None or proc.poll() is not None:
-            raise WorkerError("worker_died", "The engine process is not running; restart it.")
+            raise WorkerError(p.ErrorKind.WORKER_DIED, "The engine process is not running; restart it.")
         try:
             with self._send_lock:
                 proc.stdin.write(p.encode(msg) + "\n")
                 proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError) as exc:
-            raise WorkerError("worker_died", f"The engine process is gone ({exc}); restart it.") from exc
+            raise WorkerError(p.ErrorKind.WORKER_DIED, f"The engine process is gone ({exc}); restart it.") from exc
 
     def _dispatch(self, msg: p.Message) -> None:
         if isinstance(msg, p.Ready):
@@ -145,11 +147,16 @@ class WorkerClient:
         for line in proc.stdout:
             try:
                 self._dispatch(p.decode(line))
+            except p.VersionMismatch as exc:
+                # an engine from another install: refuse it rather than misread what it says
+                self._stopping = True
+                proc.kill()
+                self._dispatch(p.Error(kind=p.ErrorKind.VERSION_MISMATCH, message=str(exc)))
             except p.ProtocolError:
                 self._stderr_tail.append(f"[bad event line] {line[:200]}")
         code = proc.wait()
         if not self._stopping and proc is self._proc:
-            self._dispatch(p.Error(kind="worker_died", message=self._death_message(code)))
+            self._dispatch(p.Error(kind=p.ErrorKind.WORKER_DIED, message=self._death_message(code)))
 
     def _read_stderr(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stderr is not None and self.log_path is not None
@@ -173,7 +180,7 @@ class WorkerClient:
         try:
             return self._events.get(timeout=timeout)
         except queue.Empty:
-            raise WorkerError("timeout", f"no reply from the engine within {timeout:.0f}s") from None
+            raise WorkerError(p.ErrorKind.TIMEOUT, f"no reply from the engine within {timeout:.0f}s") from None
 
     def wait_for(self, kind: type[p.Message], timeout: float = 60.0) -> p.Message:
         deadline = time.monotonic() + timeout
@@ -188,7 +195,7 @@ class WorkerClient:
         self,
         model_path: str | Path,
         placement: p.Placement | None = None,
-        mode: str = "vanilla",
+        mode: p.Mode | str = p.Mode.VANILLA,
         timeout: float = 300.0,
         n_draft: int = 0,
         exit_check_every: int = 0,
@@ -197,8 +204,14 @@ class WorkerClient:
         drafter: str = "",
         draft_model: str = "",
     ) -> p.Loaded:
-        placement = placement or p.Placement()
-        self.send(p.Load(str(model_path), placement, mode, n_draft, exit_check_every, exit_fill, exits, drafter, draft_model))
+        load = p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill, exits,
+                      drafter, draft_model)  # fmt: skip
+        return self.load_intent(load, timeout)
+
+    def load_intent(self, load: p.Load, timeout: float = 300.0) -> p.Loaded:
+        """Send the intent and wait for the worker's answer; the worker validates it (Load.validate)
+        and decides the rest. WorkerError (e.g. bad_settings, model_file) when it refuses."""
+        self.send(load)
         loaded = self.wait_for(p.Loaded, timeout=timeout)
         assert isinstance(loaded, p.Loaded)
         return loaded

@@ -2,25 +2,146 @@
 
 Transport: one JSON object per line; commands go to the worker's stdin, events come back on a
 private pipe. Every message carries a "type" tag; `encode` / `decode` are the only (de)serialisers,
-so both sides agree by construction.
+so both sides agree by construction. Closed sets of values (modes, layouts, finish reasons, error
+kinds) are StrEnums: on the wire they are the same plain strings, in code they compare equal to
+them (`msg.mode == "vanilla"`), and `decode` refuses a value outside the set. This module is also
+the one home of the acceleration modes and of the limits the engine accepts: the worker enforces
+them, the settings file, the CLI and the dialogs import them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
+import typing
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from functools import cache
 from typing import Any, ClassVar
 
-PROTOCOL_VERSION = 1
+# 2: enums checked on decode, Load carries the version and Loaded.acceleration (1: unversioned Load)
+PROTOCOL_VERSION = 2
 
 
 class ProtocolError(ValueError):
     """A line that is not a valid message."""
 
 
+class VersionMismatch(ProtocolError):
+    """The peer speaks another protocol version: the app and the engine come from different installs."""
+
+    def __init__(self, theirs: object, what: str) -> None:
+        super().__init__(
+            f"{what} speaks protocol version {theirs}, this side speaks {PROTOCOL_VERSION}: the app and its "
+            "engine come from different installs. Reinstall the app (or restart it after an update)."
+        )
+        self.theirs = theirs
+
+
 class SettingsError(ValueError):
     """Settings outside what the engine accepts; the message says which and why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed sets of values
+# ---------------------------------------------------------------------------------------------
+
+
+class Mode(StrEnum):
+    AUTO = "auto"  # measured per machine: the fastest of the modes this model can run here
+    VANILLA = "vanilla"
+    EAGLE = "eagle"  # trained weights for the model: an EAGLE-3 head
+    SPECEE = "specee"  # ... the head and the exit predictors
+    NGRAM = "ngram"  # training-free: llama.cpp's n-gram drafters
+    DRAFT = "draft"  # training-free: a smaller model with the same tokenizer drafts
+    REMOTE = "remote"  # an OpenAI-compatible server answers (Stats/Loaded of a remote engine); never loaded locally
+
+
+# What a local Load may ask for (and the settings and the CLI offer), as plain strings
+MODES: tuple[str, ...] = tuple(m.value for m in Mode if m is not Mode.REMOTE)
+# The modes `auto` may pick: every local one but auto itself
+MEASURABLE_MODES: tuple[str, ...] = tuple(m for m in MODES if m != Mode.AUTO)
+
+
+class Layout(StrEnum):
+    AUTO = "auto"  # the worker's planner decides
+    LAST = "last"  # upstream: n_gpu_layers offloads the last layers
+    FIRST = "first"  # SpecEE's: the first n_gpu_layers on the GPU (exits then skip CPU layers)
+
+
+LAYOUTS: tuple[str, ...] = tuple(m.value for m in Layout)
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"  # the model ended its answer, or a stop string appeared
+    LENGTH = "length"  # max_tokens reached: Generate.continue_answer can go on
+    CONTEXT_FULL = "context_full"
+    CANCELLED = "cancelled"
+
+
+class ErrorKind(StrEnum):
+    MODEL_FILE = "model_file"  # the GGUF is missing, truncated, corrupt or not a model
+    LOAD_FAILED = "load_failed"  # llama.cpp refused a file that passed our checks
+    NO_MODEL = "no_model"
+    BAD_SETTINGS = "bad_settings"
+    BAD_REQUEST = "bad_request"
+    BUSY = "busy"
+    WORKER_DIED = "worker_died"
+    INTERNAL = "internal"
+    NATIVE = "native"  # the native build is missing or broken
+    VERSION_MISMATCH = "version_mismatch"  # app and engine speak different protocol versions
+    TIMEOUT = "timeout"  # no reply in time (the local client's wait, or a remote server)
+    # a requested mode cannot run for this model (the message says how to get it)
+    NO_ACCELERATION = "no_acceleration"
+    NOT_MEASURED = "not_measured"
+    UNSUPPORTED_ARCHITECTURE = "unsupported_architecture"
+    NO_DRAFT_MODEL = "no_draft_model"
+    # acceleration weights or a draft model that cannot be used
+    BAD_HEAD = "bad_head"
+    WRONG_HEAD = "wrong_head"
+    BAD_PREDICTORS = "bad_predictors"
+    WRONG_PREDICTORS = "wrong_predictors"
+    BAD_DRAFT_MODEL = "bad_draft_model"
+    BAD_DRAFT = "bad_draft"
+    # remote engines (an OpenAI-compatible server)
+    UNREACHABLE = "unreachable"
+    UNAUTHORIZED = "unauthorized"
+    BAD_RESPONSE = "bad_response"
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits: the one set (the worker enforces them; settings, CLI and dialogs use them)
+# ---------------------------------------------------------------------------------------------
+
+N_CTX_MIN, N_CTX_MAX = 256, 1 << 20  # tokens
+N_THREADS_MAX = 512  # 0 = the physical cores (and fewer while other processes are busy)
+N_GPU_LAYERS_MAX = 10_000  # -1 = all
+N_DRAFT_MAX = 16  # draft chain length; 0 = the mode's default
+EXIT_CHECK_EVERY_MAX = 1_000_000
+DRAFTER_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")  # a llama.cpp drafter type name; the engine checks it exists
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise SettingsError(what)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class _Typed:
+    """Enum-typed fields given as plain strings become members (unknown strings stay as given, for
+    validate() or the peer's decode to refuse with a clear message)."""
+
+    def __post_init__(self) -> None:
+        for name, enum in _enum_fields(type(self)).items():
+            value = getattr(self, name)
+            if isinstance(value, str) and not isinstance(value, enum) and value in enum._value2member_map_:
+                setattr(self, name, enum(value))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,37 +186,55 @@ class Sampling:
         check(len(self.stop) <= 16, "at most 16 stop strings")
 
 
-# auto: measured per machine; eagle, specee: trained weights for the model; ngram, draft: training-free
-MODES = ("auto", "vanilla", "eagle", "specee", "ngram", "draft")
-LAYOUTS = ("auto", "last", "first")
-
-
 @dataclass
-class Placement:
+class Placement(_Typed):
     n_ctx: int = 4096
     n_threads: int = 0  # 0 = physical cores
     n_gpu_layers: int = 0
     # "auto": the worker's planner decides (n_gpu_layers and output_on_gpu are ignored); "last":
     # upstream, n_gpu_layers offloads the last layers; "first": the SpecEE layout, the first
     # n_gpu_layers on the GPU (exits then skip CPU layers). output_on_gpu: with "first".
-    layout: str = "auto"
+    layout: Layout = Layout.AUTO
     output_on_gpu: bool = False
 
     def last_layer_on_gpu(self, n_layer: int) -> bool:
         """Where the final layer (and so the hidden states an EAGLE head reads) lives."""
-        if self.layout == "auto" or self.n_gpu_layers == 0:
+        if self.layout == Layout.AUTO or self.n_gpu_layers == 0:
             return False
-        return self.layout == "last" or self.n_gpu_layers < 0 or self.n_gpu_layers >= n_layer
+        return self.layout == Layout.LAST or self.n_gpu_layers < 0 or self.n_gpu_layers >= n_layer
 
     def validate(self) -> None:
-        if not (isinstance(self.n_ctx, int) and 256 <= self.n_ctx <= 1 << 20):
-            raise SettingsError(f"context length must be 256..1048576 tokens, got {self.n_ctx}")
-        if not (isinstance(self.n_threads, int) and 0 <= self.n_threads <= 512):
-            raise SettingsError(f"threads must be 0 (auto) to 512, got {self.n_threads}")
-        if not (isinstance(self.n_gpu_layers, int) and -1 <= self.n_gpu_layers <= 10_000):
-            raise SettingsError(f"GPU layers must be -1 (all) to 10000, got {self.n_gpu_layers}")
-        if self.layout not in LAYOUTS:
-            raise SettingsError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        _check(
+            _is_int(self.n_ctx) and N_CTX_MIN <= self.n_ctx <= N_CTX_MAX,
+            f"context length must be {N_CTX_MIN}..{N_CTX_MAX} tokens, got {self.n_ctx}",
+        )
+        _check(
+            _is_int(self.n_threads) and 0 <= self.n_threads <= N_THREADS_MAX,
+            f"threads must be 0 (auto) to {N_THREADS_MAX}, got {self.n_threads}",
+        )
+        _check(
+            _is_int(self.n_gpu_layers) and -1 <= self.n_gpu_layers <= N_GPU_LAYERS_MAX,
+            f"GPU layers must be -1 (all) to {N_GPU_LAYERS_MAX}, got {self.n_gpu_layers}",
+        )
+        _check(self.layout in LAYOUTS, f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        _check(isinstance(self.output_on_gpu, bool), f"output_on_gpu must be true or false, got {self.output_on_gpu!r}")
+
+
+@dataclass
+class Acceleration(_Typed):
+    """What the worker found for a loaded model, as flags: the window shows the model's acceleration
+    state and offers "Train acceleration" from these alone, never from reason texts."""
+
+    architecture_supported: bool = False  # our eagle/specee hooks exist for its architecture
+    eagle_head: bool = False  # an EAGLE head for this exact model is installed
+    eagle_measured: bool = False  # ... and the engine measured it (an imported head is not, until measured)
+    exit_predictors: bool = False  # SpecEE's exit predictors are installed
+    draft_model: str = ""  # the file name of the installed model paired to draft for it ("" = none found)
+    modes: list[Mode] = field(default_factory=list)  # every mode this model can run here (vanilla first)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.modes = [Mode(m) if isinstance(m, str) and m in Mode._value2member_map_ else m for m in self.modes]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,7 +245,7 @@ _REGISTRY: dict[str, type[Message]] = {}
 
 
 @dataclass
-class Message:
+class Message(_Typed):
     TYPE: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -120,10 +259,13 @@ class Message:
 
 @dataclass
 class Load(Message):
+    """Intent: which model, which mode (or auto), context, threads, placement (auto or overrides).
+    The worker decides the rest (plan, mode) and says what and why in Loaded."""
+
     TYPE: ClassVar[str] = "load"
     model_path: str = ""
     placement: Placement = field(default_factory=Placement)
-    mode: str = "vanilla"
+    mode: Mode = Mode.VANILLA
     n_draft: int = 0  # eagle chain length; 0 = the head's trained default
     # specee: also run full depth on every Nth step to measure exit precision (bench; 0 = off)
     exit_check_every: int = 0
@@ -131,6 +273,30 @@ class Load(Message):
     exits: bool = True  # specee: False runs every step at full depth through the exit graph (measures its overhead)
     drafter: str = ""  # ngram: llama.cpp's drafter type ("" = ngram-simple, prompt lookup)
     draft_model: str = ""  # draft: the draft model's path ("" = the registered model with the same tokenizer)
+    protocol_version: int = PROTOCOL_VERSION  # the worker refuses a Load of another version
+
+    def validate(self) -> None:
+        """SettingsError naming the first setting outside what the engine accepts."""
+        _check(isinstance(self.model_path, str) and bool(self.model_path.strip()), "no model file given")
+        if self.mode == Mode.REMOTE:
+            raise SettingsError(f"mode remote is for remote engines; a local model runs one of {', '.join(MODES)}")
+        _check(self.mode in MODES, f"unknown acceleration mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        _check(
+            _is_int(self.n_draft) and 0 <= self.n_draft <= N_DRAFT_MAX,
+            f"draft chain length must be 0 (the mode's default) to {N_DRAFT_MAX}, got {self.n_draft}",
+        )
+        _check(
+            _is_int(self.exit_check_every) and 0 <= self.exit_check_every <= EXIT_CHECK_EVERY_MAX,
+            f"exit_check_every must be 0 (off) or a step count up to {EXIT_CHECK_EVERY_MAX}, got {self.exit_check_every}",
+        )
+        for name in ("exit_fill", "exits"):
+            _check(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
+        _check(
+            isinstance(self.drafter, str) and (not self.drafter or DRAFTER_RE.fullmatch(self.drafter) is not None),
+            f"drafter must be a llama.cpp drafter name such as ngram-simple, got {self.drafter!r}",
+        )
+        _check(isinstance(self.draft_model, str), f"draft_model must be a file path, got {self.draft_model!r}")
+        self.placement.validate()
 
 
 @dataclass
@@ -187,14 +353,15 @@ class Loaded(Message):
     n_ctx: int = 0
     n_ctx_train: int = 0
     n_threads: int = 0
-    mode: str = "vanilla"
-    mode_reason: str = ""  # why `auto` chose this mode, measured on this machine
+    mode: Mode = Mode.VANILLA  # the one decision of the mode: explicit, or auto's measurement
+    mode_reason: str = ""  # why this mode (for people; code reads the fields, never this text)
     load_ms: float = 0.0
     measured_tok_s: dict[str, float] = field(default_factory=dict)  # auto's calibration, per mode
     placement: Placement = field(default_factory=Placement)  # what was loaded (never "auto")
     plan: str = ""  # why: the planner's explanation, or the explicit override
     predicted_tok_s: dict[str, float] = field(default_factory=dict)  # the planner's decode speed here, per mode
     trainable: bool = False  # no EAGLE head is installed for this model, and our trainers support its architecture
+    acceleration: Acceleration = field(default_factory=Acceleration)
     chat_format_note: str = ""  # set when the file has no chat template (and when it looks like a base model)
 
 
@@ -204,7 +371,7 @@ class AutoDecided(Message):
     runs `mode`; later answers use it."""
 
     TYPE: ClassVar[str] = "auto_decided"
-    mode: str = "vanilla"
+    mode: Mode = Mode.VANILLA
     mode_reason: str = ""
     measured_tok_s: dict[str, float] = field(default_factory=dict)
 
@@ -232,7 +399,7 @@ class Token(Message):
 class Stats(Message):
     TYPE: ClassVar[str] = "stats"
     request_id: str = ""
-    mode: str = "vanilla"
+    mode: Mode = Mode.VANILLA
     n_prompt: int = 0
     n_prompt_cached: int = 0  # reused from the previous turn's KV cache
     n_generated: int = 0
@@ -250,7 +417,7 @@ class Stats(Message):
 class Done(Message):
     TYPE: ClassVar[str] = "done"
     request_id: str = ""
-    finish_reason: str = ""  # stop | length | context_full | cancelled
+    finish_reason: FinishReason = FinishReason.STOP
     text: str = ""
     n_prompt: int = 0
     n_generated: int = 0
@@ -262,7 +429,7 @@ class Done(Message):
 class Error(Message):
     TYPE: ClassVar[str] = "error"
     request_id: str = ""
-    kind: str = ""  # model_file | load_failed | no_model | bad_settings | bad_request | busy | worker_died | internal
+    kind: ErrorKind = ErrorKind.INTERNAL
     message: str = ""
 
 
@@ -271,7 +438,15 @@ class Unloaded(Message):
     TYPE: ClassVar[str] = "unloaded"
 
 
-_NESTED = {"placement": Placement, "sampling": Sampling}
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+@cache
+def _enum_fields(cls: type) -> dict[str, type[StrEnum]]:
+    hints = _hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls) if isinstance(hints[f.name], type) and issubclass(hints[f.name], StrEnum)}
 
 
 def encode(msg: Message) -> str:
@@ -280,7 +455,39 @@ def encode(msg: Message) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
+def _value(value: Any, hint: Any, where: str) -> Any:
+    """A JSON value as the field's type: enum members (known values only) and nested dataclasses."""
+    if isinstance(hint, type) and issubclass(hint, StrEnum):
+        if not isinstance(value, str) or value not in hint._value2member_map_:
+            choices = ", ".join(m.value for m in hint)
+            raise ProtocolError(f"{where}: {value!r} is not a known {hint.__name__} (one of {choices})")
+        return hint(value)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where} must be an object")
+        return _build(hint, value, where)
+    if typing.get_origin(hint) is list and typing.get_args(hint):
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where} must be a list")
+        (item,) = typing.get_args(hint)
+        return [_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    hints = _hints(cls)
+    known = {f.name for f in fields(cls)}
+    # newer peer: fields we do not know are ignored
+    kwargs = {k: _value(v, hints[k], f"{where}.{k}") for k, v in data.items() if k in known}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ProtocolError(f"{where}: {exc}") from exc
+
+
 def decode(line: str | bytes) -> Message:
+    """The message on one line. ProtocolError for anything else: not JSON, an unknown type, a value
+    outside its enum; VersionMismatch (checked first) for a Load or Ready of another version."""
     try:
         data = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -288,19 +495,8 @@ def decode(line: str | bytes) -> Message:
     if not isinstance(data, dict) or data.get("type") not in _REGISTRY:
         raise ProtocolError(f"unknown message: {str(line)[:200]}")
     cls = _REGISTRY[data.pop("type")]
-    known = {f.name for f in fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in known:
-            continue  # newer peer: ignore fields we do not know
-        nested = _NESTED.get(key)
-        if nested is not None:
-            if not isinstance(value, dict):
-                raise ProtocolError(f"{key} must be an object")
-            nested_known = {f.name for f in fields(nested)}
-            value = nested(**{k: v for k, v in value.items() if k in nested_known})
-        kwargs[key] = value
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ProtocolError(str(exc)) from exc
+    if "protocol_version" in {f.name for f in fields(cls)}:
+        version = data.get("protocol_version", 1)  # version 1 sent no version in Load
+        if version != PROTOCOL_VERSION:
+            raise VersionMismatch(version, "the engine" if cls is Ready else "the app")
+    return _build(cls, data, cls.TYPE)

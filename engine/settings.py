@@ -1,4 +1,5 @@
-"""The app's user settings (Qt-free), a small JSON file in the data dir, written atomically."""
+"""The app's user settings (Qt-free), a small JSON file in the data dir, written atomically. The modes
+and limits are the protocol's (engine.protocol), re-exported here for the settings dialog."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 from engine.atomic import write_text_atomic
 from engine.paths import data_dir
-from engine.protocol import MODES
+from engine.protocol import MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, Placement, SettingsError
+
+__all__ = ["MODES", "N_CTX_MAX", "N_CTX_MIN", "N_THREADS_MAX", "AppSettings", "load_settings", "save_settings"]
 
 
 @dataclass
@@ -19,12 +22,12 @@ class AppSettings:
     last_model: str = ""
 
     def validate(self) -> None:
+        """SettingsError (a ValueError) for what the engine would refuse: the worker's own checks."""
         if self.mode not in MODES:
-            raise ValueError(f"acceleration mode must be one of {', '.join(MODES)}")
-        if not 0 <= self.n_threads <= 256:
-            raise ValueError("threads must be 0 (automatic) to 256")
-        if not 256 <= self.n_ctx <= 131072:
-            raise ValueError("context length must be 256 to 131072 tokens")
+            raise SettingsError(f"acceleration mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        Placement(n_ctx=self.n_ctx, n_threads=self.n_threads).validate()
+        if not isinstance(self.last_model, str):
+            raise SettingsError(f"last model must be a file path, got {self.last_model!r}")
 
 
 def settings_path() -> Path:

@@ -80,8 +80,9 @@ def test_detection_here_is_stable_and_matches_ggml() -> None:
 
 
 def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> None:
-    """One placement for app, CLI, bench and tests: the worker plans it ("auto") and says so."""
-    want, pl = placement_for(model_path, 2048, 0)
+    """One placement for app, CLI, bench and tests: the worker plans it ("auto") and says so; a
+    vanilla load is planned without SpecEE's exits (the plan never picks the mode)."""
+    want, pl = placement_for(model_path, 2048, 0, may_exit=False)
     with WorkerClient() as client:
         loaded = client.load(model_path, p.Placement(n_ctx=2048), mode="vanilla")
         assert (loaded.placement.n_gpu_layers, loaded.placement.layout) == (want.n_gpu_layers, want.layout)
@@ -98,7 +99,7 @@ def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> 
 
 @pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
 def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_path: Path) -> None:
-    want, _pl = placement_for(model_path, 2048, 0)
+    want, _pl = placement_for(model_path, 2048, 0, may_exit=False)  # eagle: no exits
     assert want.n_gpu_layers != 0, "the default model fits on any GPU"
     assert p.Placement(n_gpu_layers=4, layout="first").last_layer_on_gpu(30) is False
     assert p.Placement(n_gpu_layers=4, layout="last").last_layer_on_gpu(30) is True

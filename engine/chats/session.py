@@ -12,15 +12,31 @@ from engine import protocol as p
 from engine.chats.store import ConversationStore
 
 # What users read for the worker's error kinds (engine/protocol.py Error.kind), never the raw kind.
-ERROR_TITLES = {
-    "model_file": "The model file cannot be used",
-    "load_failed": "The model could not be loaded",
-    "no_model": "No model is loaded",
-    "bad_settings": "These settings cannot be used",
-    "bad_request": "The request could not be answered",
-    "busy": "The engine is busy",
-    "worker_died": "The engine stopped unexpectedly",
-    "internal": "The engine hit an internal error",
+ERROR_TITLES: dict[str, str] = {
+    p.ErrorKind.MODEL_FILE: "The model file cannot be used",
+    p.ErrorKind.LOAD_FAILED: "The model could not be loaded",
+    p.ErrorKind.NO_MODEL: "No model is loaded",
+    p.ErrorKind.BAD_SETTINGS: "These settings cannot be used",
+    p.ErrorKind.BAD_REQUEST: "The request could not be answered",
+    p.ErrorKind.BUSY: "The engine is busy",
+    p.ErrorKind.WORKER_DIED: "The engine stopped unexpectedly",
+    p.ErrorKind.INTERNAL: "The engine hit an internal error",
+    p.ErrorKind.NATIVE: "The engine's native build is missing or broken",
+    p.ErrorKind.VERSION_MISMATCH: "The engine does not match this app",
+    p.ErrorKind.TIMEOUT: "The server did not answer in time",
+    p.ErrorKind.NO_ACCELERATION: "This acceleration is not installed for the model",
+    p.ErrorKind.NOT_MEASURED: "This acceleration has not been measured yet",
+    p.ErrorKind.UNSUPPORTED_ARCHITECTURE: "This acceleration does not support the model",
+    p.ErrorKind.NO_DRAFT_MODEL: "No draft model is installed for this model",
+    p.ErrorKind.BAD_HEAD: "The EAGLE head cannot be used",
+    p.ErrorKind.WRONG_HEAD: "The EAGLE head belongs to another model",
+    p.ErrorKind.BAD_PREDICTORS: "The exit predictors cannot be used",
+    p.ErrorKind.WRONG_PREDICTORS: "The exit predictors belong to another model",
+    p.ErrorKind.BAD_DRAFT_MODEL: "The draft model cannot be used",
+    p.ErrorKind.BAD_DRAFT: "The drafting mode could not start",
+    p.ErrorKind.UNREACHABLE: "The server cannot be reached",
+    p.ErrorKind.UNAUTHORIZED: "The server refused the API key",
+    p.ErrorKind.BAD_RESPONSE: "The server sent a reply that could not be read",
 }
 
 

@@ -67,8 +67,11 @@ def main() -> int:
                 continue
             try:
                 msg = p.decode(line)
+            except p.VersionMismatch as exc:
+                channel.emit(p.Error(kind=p.ErrorKind.VERSION_MISMATCH, message=str(exc)))
+                continue
             except p.ProtocolError as exc:
-                channel.emit(p.Error(kind="bad_request", message=str(exc)))
+                channel.emit(p.Error(kind=p.ErrorKind.BAD_REQUEST, message=f"the engine could not read a command: {exc}"))
                 continue
             if isinstance(msg, p.Cancel):
                 if not msg.request_id or msg.request_id == current["request_id"]:
@@ -91,7 +94,7 @@ def main() -> int:
     try:
         native = build_info()
     except Exception as exc:  # a broken native install must be reported, not crash silently
-        channel.emit(p.Error(kind="native", message=str(exc)))
+        channel.emit(p.Error(kind=p.ErrorKind.NATIVE, message=str(exc)))
         return 3
     channel.emit(p.Ready(pid=os.getpid(), native=native))
 
@@ -115,15 +118,18 @@ def main() -> int:
                 session.close()
                 session = None
             try:
-                msg.placement.validate()
+                msg.validate()
                 session = Session(msg)
                 channel.emit(session.loaded)
             except ModelFileError as exc:
-                channel.emit(p.Error(kind="model_file", message=str(exc)))
+                channel.emit(p.Error(kind=p.ErrorKind.MODEL_FILE, message=str(exc)))
             except LoadError as exc:
                 channel.emit(p.Error(kind=exc.kind, message=str(exc)))
             except p.SettingsError as exc:
-                channel.emit(p.Error(kind="bad_settings", message=str(exc)))
+                channel.emit(p.Error(kind=p.ErrorKind.BAD_SETTINGS, message=str(exc)))
+            except Exception as exc:  # the worker survives any load failure and says so
+                traceback.print_exc()
+                channel.emit(p.Error(kind=p.ErrorKind.INTERNAL, message=f"loading failed: {exc}"))
         elif isinstance(msg, p.Unload):
             if session is not None:
                 session.close()
@@ -133,7 +139,7 @@ def main() -> int:
             t0 = time.perf_counter()
             rid = msg.request_id
             if session is None:
-                channel.emit(p.Error(rid, "no_model", "No model is loaded; load one first."))
+                channel.emit(p.Error(rid, p.ErrorKind.NO_MODEL, "No model is loaded; load one first."))
                 continue
             current["request_id"] = rid
             cancel.clear()
@@ -141,12 +147,12 @@ def main() -> int:
                 msg.sampling.validate()
                 session.generate(msg, channel.emit, cancel, t0)
             except p.SettingsError as exc:
-                channel.emit(p.Error(rid, "bad_settings", str(exc)))
+                channel.emit(p.Error(rid, p.ErrorKind.BAD_SETTINGS, str(exc)))
             except ChatFormatError as exc:
-                channel.emit(p.Error(rid, "bad_request", str(exc)))
+                channel.emit(p.Error(rid, p.ErrorKind.BAD_REQUEST, str(exc)))
             except Exception as exc:
                 traceback.print_exc()
-                channel.emit(p.Error(rid, "internal", f"generation failed: {exc}"))
+                channel.emit(p.Error(rid, p.ErrorKind.INTERNAL, f"generation failed: {exc}"))
             finally:
                 current["request_id"] = ""
     if session is not None:

@@ -38,9 +38,9 @@ TRAINING_FREE_DRAFT = {"ngram": 6, "draft": 3}
 
 
 class LoadError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: p.ErrorKind | str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind = p.ErrorKind(kind)  # a kind the protocol does not know is a bug here, not the client's to decode
 
 
 class Session:
@@ -48,20 +48,13 @@ class Session:
 
     def __init__(self, load: p.Load) -> None:
         start = time.perf_counter()
+        load.validate()  # SettingsError: the protocol's one set of limits
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
         check_weights(info)  # ... and for a sound header over garbage weights
         placement, self.plan, predicted = resolve_placement(load)
         self.placement = placement
         self.n_threads = placement.n_threads or physical_cores()
         self._governor: ThreadGovernor | None = None  # auto threads: follow what other processes leave free
-        if not 0 <= load.n_draft <= 16:
-            raise LoadError("bad_settings", f"draft chain length must be 0 (the head's default) to 16, got {load.n_draft}")
-        if not 0 <= load.exit_check_every <= 1_000_000:
-            raise LoadError(
-                "bad_settings", f"exit_check_every must be 0 (off) or a positive step count, got {load.exit_check_every}"
-            )
-        if load.mode not in p.MODES:
-            raise LoadError("bad_settings", f"unknown acceleration mode {load.mode!r}; choose one of {', '.join(p.MODES)}")
         lib = None
         if placement.layout == "first":
             from engine import native
@@ -81,7 +74,7 @@ class Session:
                 )
         except (ValueError, RuntimeError, OSError) as exc:
             raise LoadError(
-                "load_failed",
+                p.ErrorKind.LOAD_FAILED,
                 f"llama.cpp could not load {Path(load.model_path).name} ({exc}). The file passed the GGUF checks, so "
                 "its architecture may be unsupported by this build, or memory ran out; try a smaller context length.",
             ) from exc
@@ -100,7 +93,8 @@ class Session:
         self._auto: auto.AutoCalibration | None = None  # auto's measurement in progress
         self._auto_key_pending = ""
         self._decisions = auto.DecisionCache(cache_dir() / "auto-mode.json")
-        self.mode, self.decoder = self._make_decoder(load)
+        makers, why_not, acceleration = self._available_modes(load, Path(load.model_path))
+        self.mode, self.decoder = self._make_decoder(load, makers, why_not)
         self.loaded = p.Loaded(
             model_path=str(load.model_path),
             name=info.name,
@@ -119,87 +113,92 @@ class Session:
             plan=self.plan,
             predicted_tok_s=predicted,
             chat_format_note=self._chat_format_note(info),
-            trainable=info.architecture in ACCELERATED_ARCHS and not self._has_head(Path(load.model_path)),
+            trainable=acceleration.architecture_supported and not acceleration.eagle_head,
+            acceleration=acceleration,
         )
 
-    def _make_decoder(self, load: p.Load) -> tuple[str, Decoder]:
-        """An explicit mode must be available for this model (else a LoadError says how to get it);
-        `auto` starts in vanilla and measures the available modes in the background (AutoCalibration),
-        or takes the decision cached for this model, weights, build and machine."""
-        if load.mode == "vanilla":
-            return "vanilla", VanillaDecoder(self.llm)
+    def _make_decoder(self, load: p.Load, makers: dict, why_not: dict[str, tuple[p.ErrorKind, str]]) -> tuple[p.Mode, Decoder]:
+        """The one place the mode is decided. An explicit mode must be available for this model (else
+        a LoadError says how to get it); `auto` starts in vanilla and measures the modes it may use in
+        the background (AutoCalibration), or takes the decision cached for this model, weights,
+        build and machine."""
+        if load.mode == p.Mode.VANILLA:
+            return p.Mode.VANILLA, VanillaDecoder(self.llm)
         model_path = Path(load.model_path)
-        makers, why_not = self._available_modes(load, model_path)
-        key = self._auto_key(model_path, sorted(makers))
-        if load.mode != "auto":
+        if load.mode != p.Mode.AUTO:
             if load.mode not in makers:
                 raise LoadError(*why_not[load.mode])
-            self.measured = self._decisions.speeds_like(key)
-            return load.mode, makers[load.mode]()
+            self.measured = self._decisions.speeds_like(self._auto_key(model_path, sorted(makers)))
+            return p.Mode(load.mode), makers[load.mode]()
+        makers = {m: make for m, make in makers.items() if m not in why_not}  # auto skips an unmeasured head
+        key = self._auto_key(model_path, sorted(makers))
         cached = self._decisions.get(key)
-        if cached is not None:
+        if cached is not None and cached["mode"] in ("vanilla", *makers):
             self.measured = dict(cached["speeds"])
             self.mode_reason = auto.explain(cached["speeds"], cached["mode"], cached.get("failed"))
-            mode = cached["mode"]
-            return mode, makers[mode]() if mode != "vanilla" else VanillaDecoder(self.llm)
+            mode = p.Mode(cached["mode"])
+            return mode, makers[mode]() if mode != p.Mode.VANILLA else VanillaDecoder(self.llm)
         vanilla = VanillaDecoder(self.llm)
         budget = self.llm.n_ctx() // 2
         prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
         self._auto = auto.AutoCalibration(prompts, makers, vanilla)
         self._auto_key_pending = key
         self.mode_reason = f"auto: measuring {', '.join(makers)} against vanilla in the background; vanilla until then"
-        return "vanilla", vanilla
+        return p.Mode.VANILLA, vanilla
 
-    def _available_modes(self, load: p.Load, model_path: Path) -> tuple[dict, dict[str, tuple[str, str]]]:
-        """Makers of every accelerated mode this model can run, and (error kind, message) for the others."""
+    def _available_modes(self, load: p.Load, model_path: Path) -> tuple[dict, dict[str, tuple[p.ErrorKind, str]], p.Acceleration]:
+        """Makers of every accelerated mode this model can run, (error kind, message) for the others
+        (for `auto` also for those it may not use yet), and the same as flags for Loaded."""
         makers: dict = {"ngram": lambda: self._training_free_decoder("ngram", load, model_path)}
-        why_not: dict[str, tuple[str, str]] = {}
-        # pairing scans every registered model's header: only where a draft could be used
-        wants_draft = load.mode in ("draft", "auto")
-        draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path) if wants_draft else None
+        why_not: dict[str, tuple[p.ErrorKind, str]] = {}
+        draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path)
         if draft is not None:
             makers["draft"] = lambda: self._training_free_decoder("draft", load, model_path, draft)
         else:
             why_not["draft"] = (
-                "no_draft_model",
+                p.ErrorKind.NO_DRAFT_MODEL,
                 f"No installed model shares {model_path.name}'s tokenizer and is small enough to draft for it. Add a "
                 "smaller model of the same family (for Qwen2.5-Coder-1.5B: `specee models fetch qwen2.5-coder-0.5b`), "
                 "or use ngram mode.",
             )
         arch = self.info.architecture
-        if arch not in ACCELERATED_ARCHS:
-            why = f"mode is not available for {arch!r} models (supported: {', '.join(ACCELERATED_ARCHS)}); use ngram or vanilla."
-            for mode in ("eagle", "specee"):
-                why_not[mode] = ("unsupported_architecture", f"{mode} {why}")
-            return makers, why_not
-        pack = find_pack(model_path)
+        supported = arch in ACCELERATED_ARCHS
+        pack = find_pack(model_path) if supported else None
         head = pack.eagle_head if pack else None
         exits = pack.exit_predictors if pack else None
-        if pack is not None and head is not None and load.mode == "auto" and not pack.eagle_measured:
-            repo = pack.manifest["eagle"]["source"].get("repo", "REPO")
-            unmeasured = (f"auto does not use the EAGLE head imported from {repo} before the engine measured it: "
-                          f"`specee models import-head {model_path} {repo}` measures it (eagle mode works now)")  # fmt: skip
-            why_not["eagle"] = why_not["specee"] = ("not_measured", unmeasured)
-            return makers, why_not
+        flags = p.Acceleration(
+            architecture_supported=supported,
+            eagle_head=head is not None,
+            eagle_measured=bool(pack and head and pack.eagle_measured),
+            exit_predictors=exits is not None,
+            draft_model=draft.name if draft else "",
+        )
 
-        def missing(what: str, cmd: str) -> tuple[str, str]:
-            return ("no_acceleration", f"No {what} is installed for {model_path.name}. Train it with "
-                                       f"`specee train {cmd} --model {model_path}`, or use vanilla mode.")  # fmt: skip
+        def missing(what: str, cmd: str) -> tuple[p.ErrorKind, str]:
+            return (p.ErrorKind.NO_ACCELERATION, f"No {what} is installed for {model_path.name}. Train it with "
+                                                 f"`specee train {cmd} --model {model_path}`, or use vanilla mode.")  # fmt: skip
 
-        if head is None:
+        if not supported:
+            why = f"mode is not available for {arch!r} models (supported: {', '.join(ACCELERATED_ARCHS)}); use ngram or vanilla."
+            for mode in ("eagle", "specee"):
+                why_not[mode] = (p.ErrorKind.UNSUPPORTED_ARCHITECTURE, f"{mode} {why}")
+        elif head is None:
             why_not["eagle"] = why_not["specee"] = missing("EAGLE head", "eagle")
-        elif exits is None:
-            why_not["specee"] = missing("SpecEE exit predictors", "exits")
-        if head is not None:
+        else:
             makers["eagle"] = lambda: self._eagle_decoder(load, pack, head)
             if exits is not None:
                 makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
-        return makers, why_not
-
-    @staticmethod
-    def _has_head(model_path: Path) -> bool:
-        pack = find_pack(model_path)
-        return pack is not None and pack.eagle_head is not None
+            else:
+                why_not["specee"] = missing("SpecEE exit predictors", "exits")
+            if not flags.eagle_measured and load.mode == p.Mode.AUTO:
+                # explicit eagle/specee run; only auto leaves an unmeasured head out (see _make_decoder)
+                assert pack is not None
+                repo = pack.manifest["eagle"]["source"].get("repo", "REPO")
+                unmeasured = (f"auto does not use the EAGLE head imported from {repo} before the engine measured it: "
+                              f"`specee models import-head {model_path} {repo}` measures it (eagle mode works now)")  # fmt: skip
+                why_not["eagle"] = why_not["specee"] = (p.ErrorKind.NOT_MEASURED, unmeasured)
+        flags.modes = [p.Mode.VANILLA, *(p.Mode(m) for m in makers)]
+        return makers, why_not, flags
 
     def _auto_key(self, model_path: Path, modes: list[str]) -> str:
         """What auto's decision depends on: the model, the weights, the native build, the machine."""
@@ -224,7 +223,7 @@ class Session:
         if not cal.done:
             return None
         speeds = cal.speeds()
-        mode = auto.choose(speeds)
+        mode = p.Mode(auto.choose(speeds))
         self._decisions.put(self._auto_key_pending, mode, speeds, cal.failed)
         self.decoder = cal.take(mode)
         self.mode, self._auto = mode, None
@@ -241,7 +240,7 @@ class Session:
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:
-            raise LoadError("bad_head", f"the EAGLE head {head.name} could not be used: {exc}") from exc
+            raise LoadError(p.ErrorKind.BAD_HEAD, f"the EAGLE head {head.name} could not be used: {exc}") from exc
 
     def _training_free_decoder(self, mode: str, load: p.Load, model_path: Path, draft: Path | None = None) -> SpecDecoder:
         if mode == "ngram":
@@ -253,15 +252,15 @@ class Session:
             try:
                 if not same_tokenizer(draft, model_path):
                     why = f"{draft.name} has another tokenizer than {model_path.name}; it cannot draft for it."
-                    raise LoadError("bad_draft_model", why)
+                    raise LoadError(p.ErrorKind.BAD_DRAFT_MODEL, why)
             except ModelFileError as exc:
-                raise LoadError("bad_draft_model", f"the draft model cannot be used: {exc}") from exc
+                raise LoadError(p.ErrorKind.BAD_DRAFT_MODEL, f"the draft model cannot be used: {exc}") from exc
             reason = f"draft: {draft.name} (same tokenizer) drafts, {model_path.name} verifies"
         n_draft = load.n_draft or TRAINING_FREE_DRAFT[mode]
         try:
             decoder = SpecDecoder(self.llm, drafter, n_draft, self.n_threads, draft, self._head_on_gpu())
         except RuntimeError as exc:
-            raise LoadError("bad_draft", f"{mode} mode could not start: {exc}") from exc
+            raise LoadError(p.ErrorKind.BAD_DRAFT, f"{mode} mode could not start: {exc}") from exc
         if load.mode == mode:
             self.mode_reason = reason
         return decoder
@@ -280,7 +279,7 @@ class Session:
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:
-            raise LoadError("bad_predictors", f"SpecEE could not start with {exits.name}: {exc}") from exc
+            raise LoadError(p.ErrorKind.BAD_PREDICTORS, f"SpecEE could not start with {exits.name}: {exc}") from exc
 
     def close(self) -> None:
         if self._auto is not None:
@@ -340,7 +339,7 @@ class Session:
         hold = max((len(st) for st in stops), default=1) - 1
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text, pending, out_tokens = "", "", []
-        finish = "context_full"  # when the token stream ends on its own
+        finish = p.FinishReason.CONTEXT_FULL  # when the token stream ends on its own
         t_first = t_last = 0.0
         last_stats = 0.0
 
@@ -379,7 +378,7 @@ class Session:
             if req.report_margins:
                 margins.append(self.decoder.last_margin())
             if llama_cpp.llama_vocab_is_eog(self._vocab, tok):
-                finish = "stop"
+                finish = p.FinishReason.STOP
                 break
             out_tokens.append(tok)
             pending += decoder.decode(self._piece(tok))
@@ -388,16 +387,16 @@ class Session:
                 text += emit_now
                 emit(p.Token(req.request_id, emit_now, len(out_tokens) - 1, (now - t0) * 1000))
             if hit:
-                finish = "stop"
+                finish = p.FinishReason.STOP
                 break
             if now - last_stats >= STATS_INTERVAL_S:
                 last_stats = now
                 emit(stats())
             if cancelled.is_set():
-                finish = "cancelled"
+                finish = p.FinishReason.CANCELLED
                 break
             if len(out_tokens) >= s.max_tokens:
-                finish = "length"
+                finish = p.FinishReason.LENGTH
                 break
         gen.close()
         pending += decoder.decode(b"", final=True)  # after a stop-string hit, pending is already empty
@@ -433,7 +432,9 @@ def batch_invariant_weights(repack: bool) -> Iterator[None]:
 
 def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]:
     """The placement to load, why, and the planner's predicted decode speed per mode: the planner's
-    placement for "auto" (the same for app, CLI, bench and tests), else the caller's override."""
+    placement for "auto" (the same for app, CLI, bench and tests), else the caller's override. The
+    planner weighs layouts for the modes this load may run; the mode itself is decided only by
+    Session._make_decoder (explicit, or auto's measurement)."""
     asked = load.placement
     if asked.layout != "auto":
         where = "all" if asked.n_gpu_layers < 0 else str(asked.n_gpu_layers)
@@ -441,7 +442,8 @@ def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]
     from engine.placement.planner import placement_for
 
     try:
-        placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads)
+        may_exit = load.mode in (p.Mode.SPECEE, p.Mode.AUTO)
+        placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads, may_exit)
     except (ModelFileError, OSError, RuntimeError, ValueError, KeyError) as exc:
         cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout="last")
         return cpu, f"no placement plan ({exc}); all layers on the CPU", {}
