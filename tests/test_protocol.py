@@ -1,6 +1,16 @@
+import ast
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from engine import protocol as p
+from engine.client import WorkerClient, WorkerError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -74,3 +84,176 @@ def test_placement_defaults_to_the_workers_plan_and_round_trips_in_loaded() -> N
     assert not pl.last_layer_on_gpu(30) and p.Placement(n_gpu_layers=30, layout="first").last_layer_on_gpu(30)
     assert p.Placement(n_gpu_layers=2, layout="last").last_layer_on_gpu(30)
     assert not p.Placement(n_gpu_layers=0, layout="last").last_layer_on_gpu(30)
+
+
+# -- typed values -------------------------------------------------------------------------------
+
+ENUM_FIELDS = [  # (message with the value at `path`, path, its enum)
+    (lambda v: p.Load("/m.gguf", mode=v), ("mode",), p.Mode),
+    (lambda v: p.Load("/m.gguf", p.Placement(layout=v)), ("placement", "layout"), p.Layout),
+    (lambda v: p.Loaded(mode=v), ("mode",), p.Mode),
+    (lambda v: p.AutoDecided(mode=v), ("mode",), p.Mode),
+    (lambda v: p.Stats("r1", mode=v), ("mode",), p.Mode),
+    (lambda v: p.Done("r1", v), ("finish_reason",), p.FinishReason),
+    (lambda v: p.Error("r1", v, "why"), ("kind",), p.ErrorKind),
+]
+
+
+def _at(obj: object, path: tuple[str, ...]) -> object:
+    for name in path:
+        obj = getattr(obj, name) if not isinstance(obj, dict) else obj[name]
+    return obj
+
+
+@pytest.mark.parametrize(("make", "path", "enum"), ENUM_FIELDS, ids=lambda x: getattr(x, "__name__", None))
+def test_every_enum_value_travels_as_its_plain_string_and_comes_back_a_member(make, path, enum) -> None:  # type: ignore[no-untyped-def]
+    for member in enum:
+        line = p.encode(make(member.value))  # a plain string given by a caller becomes the member too
+        assert _at(json.loads(line), path) == member.value
+        got = _at(p.decode(line), path)
+        assert got is member and isinstance(got, enum) and got == member.value
+
+
+@pytest.mark.parametrize(("make", "path", "enum"), ENUM_FIELDS, ids=lambda x: getattr(x, "__name__", None))
+def test_a_value_outside_its_enum_is_refused_naming_the_field_and_the_choices(make, path, enum) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(p.encode(make(next(iter(enum)).value)))
+    holder = data
+    for name in path[:-1]:
+        holder = holder[name]
+    holder[path[-1]] = "warp-speed"
+    with pytest.raises(p.ProtocolError) as err:
+        p.decode(json.dumps(data))
+    text = str(err.value)
+    assert ".".join(path) in text and "'warp-speed'" in text and enum.__name__ in text
+    assert all(m.value in text for m in enum)
+
+
+def test_acceleration_flags_round_trip_and_bad_modes_in_them_are_refused() -> None:
+    acc = p.Acceleration(True, True, False, True, "small.gguf", ["vanilla", "ngram", "eagle"])
+    assert acc.modes == [p.Mode.VANILLA, p.Mode.NGRAM, p.Mode.EAGLE]
+    msg = p.decode(p.encode(p.Loaded(trainable=False, acceleration=acc)))
+    assert isinstance(msg, p.Loaded) and msg.acceleration == acc and all(isinstance(m, p.Mode) for m in msg.acceleration.modes)
+    with pytest.raises(p.ProtocolError, match=r"acceleration\.modes\[1\]"):
+        p.decode(p.encode(p.Loaded(acceleration=p.Acceleration(modes=["vanilla", "turbo"]))))
+
+
+def test_the_error_kinds_include_the_remote_engines_and_every_kind_has_a_title_for_people() -> None:
+    from engine.chats.session import ERROR_TITLES
+
+    for kind in ("unreachable", "unauthorized", "timeout", "bad_response", "model_file", "worker_died", "internal"):
+        assert p.ErrorKind(kind) == kind
+    assert set(ERROR_TITLES) == set(p.ErrorKind)
+    assert ERROR_TITLES["unauthorized"] == "The server refused the API key"
+
+
+def test_remote_is_a_mode_the_engine_reports_but_no_local_load_or_setting_offers() -> None:
+    assert p.Mode.REMOTE == "remote" and "remote" not in p.MODES
+    assert p.MODES == ("auto", "vanilla", "eagle", "specee", "ngram", "draft")
+    assert p.decode(p.encode(p.Stats("r1", mode="remote"))).mode is p.Mode.REMOTE
+
+
+# -- Load.validate --------------------------------------------------------------------------------
+
+
+def test_a_sane_load_is_valid() -> None:
+    p.Load("/m.gguf").validate()
+    p.Load("/m.gguf", p.Placement(n_ctx=p.N_CTX_MAX, n_threads=p.N_THREADS_MAX), "ngram", n_draft=p.N_DRAFT_MAX,
+           drafter="ngram-mod").validate()  # fmt: skip
+    for mode in p.MODES:
+        p.Load("/m.gguf", mode=mode).validate()
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"model_path": ""}, "no model file"),
+        ({"mode": "remote"}, "remote engines"),
+        ({"mode": "turbo"}, "unknown acceleration mode 'turbo'; choose one of auto, vanilla"),
+        ({"n_draft": 17}, "draft chain length must be 0"),
+        ({"n_draft": -1}, "draft chain length"),
+        ({"n_draft": True}, "draft chain length"),
+        ({"exit_check_every": -2}, "exit_check_every"),
+        ({"exits": "yes"}, "exits must be true or false"),
+        ({"drafter": "Ngram Simple"}, "drafter"),
+        ({"placement": p.Placement(n_ctx=100)}, "context length must be 256..1048576"),
+        ({"placement": p.Placement(n_threads=-1)}, "threads"),
+        ({"placement": p.Placement(layout="middle")}, "layout"),
+    ],
+)
+def test_a_load_outside_the_limits_is_refused_with_a_reason(change: dict, words: str) -> None:
+    with pytest.raises(p.SettingsError) as err:
+        replace(p.Load("/m.gguf"), **change).validate()
+    assert words in str(err.value)
+
+
+# -- versions -------------------------------------------------------------------------------------
+
+
+def test_a_load_or_ready_of_another_protocol_version_is_refused_before_anything_else() -> None:
+    assert p.PROTOCOL_VERSION == 2 and p.Load().protocol_version == 2
+    old_load = json.loads(p.encode(p.Load("/m.gguf", mode="vanilla")))
+    del old_load["protocol_version"]  # version 1 sent none
+    old_load["mode"] = "whatever-v1-had"
+    with pytest.raises(p.VersionMismatch) as err:
+        p.decode(json.dumps(old_load))
+    assert "the app speaks protocol version 1" in str(err.value) and "speaks 2" in str(err.value)
+    with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 3"):
+        p.decode(p.encode(p.Ready(pid=1, protocol_version=3)))
+
+
+OLD_WORKER = 'import sys; print(\'{"type": "ready", "pid": 1, "protocol_version": 1}\', flush=True); sys.stdin.read()'
+
+
+def test_the_client_refuses_and_stops_an_engine_of_another_protocol_version() -> None:
+    """An engine left from another install (here: a process that answers like version 1 did)."""
+    client = WorkerClient(command=[sys.executable, "-c", OLD_WORKER])
+    with pytest.raises(WorkerError) as err:
+        client.start(timeout=30)
+    assert err.value.kind == p.ErrorKind.VERSION_MISMATCH and "different installs" in str(err.value)
+    assert client.ready is None
+    deadline = time.monotonic() + 10
+    while client.alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not client.alive
+    client.stop()
+
+
+def test_a_client_with_an_event_handler_gets_the_refusal_as_an_error_event_not_worker_died() -> None:
+    events: list[p.Message] = []
+    client = WorkerClient(on_event=events.append, command=[sys.executable, "-c", OLD_WORKER])
+    client.start()
+    deadline = time.monotonic() + 30
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # a worker_died would follow the kill
+    client.stop()
+    assert [type(e) for e in events] == [p.Error] and events[0].kind == p.ErrorKind.VERSION_MISMATCH
+
+
+# -- one list of modes, one set of limits ---------------------------------------------------------
+
+
+def test_the_modes_and_limits_exist_once_in_the_protocol() -> None:
+    import engine.cli
+    import engine.settings
+    from engine.settings import AppSettings
+
+    assert engine.settings.MODES is p.MODES
+    parser = engine.cli.build_parser()
+    subs = next(a for a in parser._actions if a.choices and "chat" in a.choices).choices
+    assert list(subs["chat"]._option_string_actions["--mode"].choices) == list(p.MODES)
+    assert list(subs["bench"]._option_string_actions["--layout"].choices) == list(p.LAYOUTS)
+    # the settings file accepts exactly what a Load accepts
+    AppSettings(n_ctx=p.N_CTX_MAX, n_threads=p.N_THREADS_MAX).validate()
+    for bad in (AppSettings(n_ctx=p.N_CTX_MAX + 1), AppSettings(n_threads=p.N_THREADS_MAX + 1), AppSettings(mode="remote")):
+        with pytest.raises(p.SettingsError):
+            bad.validate()
+    # no other module spells out the list of modes
+    mode_names = set(p.MODES)
+    for path in [*ROOT.glob("engine/**/*.py"), *ROOT.glob("app/**/*.py")]:
+        if path.name == "protocol.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                assert len(names & mode_names) < 4, f"{path.relative_to(ROOT)}:{node.lineno} lists the modes again"

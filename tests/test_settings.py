@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import protocol as p
 from engine.settings import AppSettings, load_settings, save_settings
 
 
@@ -16,3 +17,15 @@ def test_settings_round_trip_and_damaged_files_fall_back_to_defaults(tmp_path: P
     assert load_settings(path) == AppSettings()
     with pytest.raises(ValueError, match="context length"):
         save_settings(AppSettings(n_ctx=10), path)
+
+
+def test_settings_take_the_engines_limits_and_modes(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    big = AppSettings(mode="ngram", n_threads=p.N_THREADS_MAX, n_ctx=p.N_CTX_MAX)
+    save_settings(big, path)
+    assert load_settings(path) == big
+    for damaged in ('{"mode": "remote"}', '{"n_threads": true}', f'{{"n_ctx": {p.N_CTX_MAX + 1}}}', '{"last_model": 3}'):
+        path.write_text(damaged)
+        assert load_settings(path) == AppSettings(), damaged
+    with pytest.raises(p.SettingsError, match="threads"):
+        save_settings(AppSettings(n_threads=-1), path)

@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,30 @@ def test_tests_never_write_into_the_users_cache(worker: WorkerClient) -> None:
     here = cache_dir().resolve()
     assert user_cache not in (here, *here.parents)
     assert worker.log_path is not None and here in worker.log_path.resolve().parents
+
+
+def test_a_refused_load_says_why_and_keeps_the_loaded_model(worker: WorkerClient, model_path: Path) -> None:
+    """Load.validate() in the worker, before the current model goes; an unknown mode never decodes."""
+    for change, kind, words in [
+        ({"mode": p.Mode.REMOTE}, "bad_settings", "remote engines"),
+        ({"n_draft": 17}, "bad_settings", "draft chain length must be 0"),
+        ({"placement": p.Placement(n_ctx=10)}, "bad_settings", "context length"),
+        ({"mode": "turbo"}, "bad_request", "load.mode: 'turbo' is not a known Mode"),
+        ({"protocol_version": 1}, "version_mismatch", "the app speaks protocol version 1"),
+    ]:
+        with pytest.raises(WorkerError) as err:
+            worker.load_intent(replace(p.Load(str(model_path), p.Placement(n_ctx=1024)), **change), timeout=30)
+        assert err.value.kind == kind and words in str(err.value), (change, str(err.value))
+    assert run(worker, QUESTION, p.Sampling.greedy(4))[1].n_generated == 4  # still loaded
+
+
+def test_loaded_carries_the_models_acceleration_as_flags(worker: WorkerClient, model_path: Path) -> None:
+    """The window shows acceleration state and offers training from these, never from reason text."""
+    loaded = worker.load_intent(p.Load(str(model_path), p.Placement(n_ctx=1024)))
+    assert loaded.mode is p.Mode.VANILLA
+    acc = loaded.acceleration
+    # the default model ships an EAGLE head and exit predictors (resources/acceleration/)
+    assert acc.architecture_supported and acc.eagle_head and acc.eagle_measured and acc.exit_predictors
+    assert acc.modes[0] is p.Mode.VANILLA and {"ngram", "eagle", "specee"} <= set(acc.modes)
+    assert not loaded.trainable
+    assert ("draft" in acc.modes) == bool(acc.draft_model)

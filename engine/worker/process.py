@@ -114,11 +114,15 @@ def main() -> int:
         if isinstance(msg, p.Shutdown):
             break
         if isinstance(msg, p.Load):
+            try:
+                msg.validate()  # before the current model goes: a refused load loses nothing
+            except p.SettingsError as exc:
+                channel.emit(p.Error(kind=p.ErrorKind.BAD_SETTINGS, message=str(exc)))
+                continue
             if session is not None:
                 session.close()
                 session = None
             try:
-                msg.validate()
                 session = Session(msg)
                 channel.emit(session.loaded)
             except ModelFileError as exc:

@@ -44,11 +44,11 @@ class LoadError(Exception):
 
 
 class Session:
-    """A model in memory. Not thread-safe: the worker drives it from one thread."""
+    """A model in memory, for a Load that passed Load.validate(). Not thread-safe: the worker drives
+    it from one thread."""
 
     def __init__(self, load: p.Load) -> None:
         start = time.perf_counter()
-        load.validate()  # SettingsError: the protocol's one set of limits
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
         check_weights(info)  # ... and for a sound header over garbage weights
         placement, self.plan, predicted = resolve_placement(load)
