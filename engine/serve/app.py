@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -123,10 +124,14 @@ class Routes:
         if req.stream:
             # the response starts at once; waiting for the turn happens inside the stream, where
             # a client that leaves is noticed
+            body = self._stream(generate, req, chat)
             return StreamingResponse(
-                self._stream(generate, req, chat),
+                body,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                # runs also after a disconnect; a stream cancelled while sending is closed here
+                # (its cleanup cancels the answer) rather than whenever it is garbage-collected
+                background=BackgroundTask(body.aclose),
             )
         result = await _while_connected(request, self._collect(generate, chat))
         return JSONResponse(result) if result is not None else Response(status_code=499)
