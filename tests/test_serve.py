@@ -136,6 +136,11 @@ def test_text_completion_uses_the_raw_prompt(served: ServerProcess) -> None:
     assert "".join(c.choices[0].text for c in streamed) == reply.choices[0].text
 
 
+def test_a_completion_prompt_too_long_for_the_context_is_400_not_cut(served: ServerProcess) -> None:
+    with pytest.raises(openai.BadRequestError, match="shorten it"):
+        client(served).completions.create(model=MODEL_ID, prompt="word " * 6000, max_tokens=4)
+
+
 def test_models_and_health(served: ServerProcess) -> None:
     models = client(served).models.list()
     assert [m.id for m in models.data] == [MODEL_ID]
