@@ -124,14 +124,14 @@ class Routes:
         if req.stream:
             # the response starts at once; waiting for the turn happens inside the stream, where
             # a client that leaves is noticed
-            body = self._stream(generate, req, chat)
+            events = self._stream(generate, req, chat)
             return StreamingResponse(
-                body,
+                events,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 # runs also after a disconnect; a stream cancelled while sending is closed here
                 # (its cleanup cancels the answer) rather than whenever it is garbage-collected
-                background=BackgroundTask(body.aclose),
+                background=BackgroundTask(events.aclose),
             )
         result = await _while_connected(request, self._collect(generate, chat))
         return JSONResponse(result) if result is not None else Response(status_code=499)

@@ -1,7 +1,8 @@
 """ServerProcess: start `specee serve` as a child process, wait until it answers, stop it (Qt-free).
 
-The app's "serve" switch and the tests use it. The API key goes through the environment, never the
-command line (which other users of the machine can read).
+The app's "serve" switch and the tests use it; it imports no web framework, so the GUI stays light.
+The API key goes through the environment, never the command line (which others on the machine can
+read).
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from pathlib import Path
 from threading import Thread
 
 from engine.paths import REPO_ROOT, cache_dir
-from engine.serve.server import base_url
+
+
+def base_url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("", "0.0.0.0") else host  # what we print for a wildcard bind
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
 class ServerError(RuntimeError):

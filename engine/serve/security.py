@@ -54,7 +54,8 @@ class Guard:
 
     def check(self, request: Request, need_key: bool = True) -> None:
         if self.local_only:
-            if not is_local(_host_name(request.headers.get("host", ""))):
+            host = _host_name(request.headers.get("host", ""))
+            if host and not is_local(host):  # no Host at all: an HTTP/1.0 client, not a browser
                 raise ApiError(403, "this server answers only requests addressed to localhost", code="host_not_allowed")
             origin = request.headers.get("origin")
             if origin is not None and not is_local(urlsplit(origin).hostname or ""):

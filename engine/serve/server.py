@@ -10,6 +10,7 @@ import uvicorn
 from engine import protocol as p
 from engine.serve.app import create_app
 from engine.serve.bridge import EngineBridge
+from engine.serve.launcher import base_url
 from engine.serve.security import bind_problem, is_local
 
 DEFAULT_PORT = 8080
@@ -17,11 +18,6 @@ DEFAULT_PORT = 8080
 
 def log(msg: str) -> None:
     print(f"[specee serve] {msg}", file=sys.stderr, flush=True)
-
-
-def base_url(host: str, port: int) -> str:
-    shown = "127.0.0.1" if host in ("", "0.0.0.0") else host  # what we print for a wildcard bind
-    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
 def example_curl(url: str, model_id: str, keyed: bool) -> str:
