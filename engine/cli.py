@@ -439,6 +439,31 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`specee serve`: the OpenAI-compatible HTTP server (engine/serve/)."""
+    import os
+
+    from engine.serve.security import bind_problem
+    from engine.serve.server import serve
+
+    api_key = args.api_key or os.environ.get("SPECEE_API_KEY") or None
+    problem = bind_problem(args.host, args.allow_remote, api_key)  # before any model work
+    if problem:
+        print(f"specee serve: {problem}", file=sys.stderr)
+        return 2
+    model = resolve_model(args.model)
+    if not model.is_file():
+        print(f"specee serve: no model file at {model} (give a GGUF path or a registered id: specee models)", file=sys.stderr)
+        return 2
+    record = ModelRegistry().get(args.model) if args.model else None
+    model_id = record.id if record else model.stem
+    placement = p.Placement(n_ctx=args.ctx, n_threads=args.threads)
+    placement.validate()
+    return serve(
+        model, model_id, args.mode, placement, args.host, args.port, api_key, args.allow_remote, args.max_queue, args.verbose
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specee", description="SpecEE Chat command-line tool")
     parser.add_argument("--version", action="version", version=f"specee-chat {__version__}")
@@ -520,6 +545,19 @@ def build_parser() -> argparse.ArgumentParser:
     exits.add_argument("--threads", type=int, default=0)
     exits.add_argument("--work", help="folder for the recorded data (resumable)")
     exits.set_defaults(func=cmd_train_exits)
+
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat/completions, completions, models)")
+    serve.add_argument("--model", help="GGUF path or registered model id (default: the default model)")
+    serve.add_argument("--mode", default="auto", choices=list(p.MODES), help="acceleration mode")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--allow-remote", action="store_true", help="allow listening beyond localhost (needs an API key)")
+    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECEE_API_KEY)")
+    serve.add_argument("--ctx", type=int, default=4096)
+    serve.add_argument("--threads", type=int, default=0)
+    serve.add_argument("--max-queue", type=int, default=32, help="requests that may wait for their turn (more get 429)")
+    serve.add_argument("--verbose", action="store_true", help="log every request")
+    serve.set_defaults(func=cmd_serve)
 
     doctor = sub.add_parser("doctor", help="print hardware, native build and model status")
     doctor.add_argument("--json", action="store_true")

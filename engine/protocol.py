@@ -312,6 +312,9 @@ class Generate(Message):
     # the last message is the assistant's unfinished answer (it stopped at max_tokens): generate
     # its continuation; only the new text streams back
     continue_answer: bool = False
+    # raw completion (the HTTP server's /v1/completions): this text is the whole prompt, tokenized as
+    # is without the chat template, and `messages` is ignored; "" = a chat request
+    prompt: str = ""
 
 
 @dataclass

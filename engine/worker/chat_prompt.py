@@ -141,6 +141,17 @@ class ChatPrompt:
             raise ChatFormatError(f"the system prompt alone needs more than the {budget} tokens available; shorten it")
         return FittedPrompt(tokens, dropped, True, len(content) - keep)
 
+    def fit_text(self, text: str, budget: int) -> FittedPrompt:
+        """A raw prompt (text completion): tokenized as is, no template. Nothing of it is cut: which
+        part matters is the caller's to say, so one that does not fit is refused."""
+        tokens = self._tokenize(text)
+        if len(tokens) > budget:
+            raise ChatFormatError(
+                f"the prompt is {len(tokens)} tokens; at most {budget} fit beside the answer in the context; shorten it"
+                " or lower max_tokens"
+            )
+        return FittedPrompt(tokens, 0, False)
+
 
 def validate_messages(messages: list[dict[str, str]]) -> None:
     if not messages:

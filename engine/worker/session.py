@@ -315,7 +315,10 @@ class Session:
         # Reserve room for the answer, but never more than half the context: a long history is
         # worth more than a huge max_tokens that will rarely be used.
         budget = n_ctx - min(s.max_tokens, n_ctx // 2)
-        fitted = self.prompt.fit(req.messages, budget, continue_answer=req.continue_answer)
+        if req.prompt:
+            fitted = self.prompt.fit_text(req.prompt, budget)
+        else:
+            fitted = self.prompt.fit(req.messages, budget, continue_answer=req.continue_answer)
         if fitted.dropped_messages or fitted.truncated_last:
             what = []
             if fitted.dropped_messages:

@@ -1,0 +1,202 @@
+"""The Starlette app: /v1/chat/completions, /v1/completions, /v1/models, /health.
+
+Streaming answers are server-sent events (`data: {chunk}` ... `data: [DONE]`); Starlette's
+StreamingResponse watches for the client leaving and cancels the stream, whose cleanup then cancels
+the answer on the worker. A non-streaming request gets the same through `_while_connected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engine import protocol as p
+from engine.serve.bridge import EngineBridge, Generation
+from engine.serve.errors import ApiError
+from engine.serve.schema import MAX_BODY_BYTES, ParsedRequest, Shapes, parse_chat, parse_completion
+from engine.serve.security import Guard
+
+T = TypeVar("T")
+
+
+async def read_json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
+    too_big = ApiError(413, f"the request body is larger than {limit // 1024} KiB", code="request_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    body, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        body.append(chunk)
+    try:
+        return json.loads(b"".join(body))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+async def _until_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _while_connected(request: Request, work: Awaitable[T]) -> T | None:
+    """Run `work`; cancel it (None) when the client disconnects first, queued or mid-answer."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnect(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+class Routes:
+    def __init__(self, bridge: EngineBridge, model_id: str, guard: Guard) -> None:
+        self.bridge, self.model_id, self.guard = bridge, model_id, guard
+
+    def _n_ctx(self) -> int:
+        loaded = self.bridge.loaded
+        return loaded.n_ctx if loaded else self.bridge.placement.n_ctx
+
+    def _generate(self, req: ParsedRequest) -> p.Generate:
+        return p.Generate(messages=req.messages, sampling=req.sampling, continue_answer=req.continue_answer, prompt=req.prompt)
+
+    async def health(self, request: Request) -> Response:
+        self.guard.check(request, need_key=False)
+        b = self.bridge
+        body = {
+            "status": b.state,
+            "model": self.model_id,
+            "mode": b.mode,
+            "requested_mode": b.requested_mode,
+            "busy": b.busy,
+            "queued": b.queued,
+            "cancelled": b.cancelled,
+            "restarts": b.restarts,
+            "worker_pid": b.worker_pid,
+        }
+        if b.error:
+            body["error"] = b.error
+        return JSONResponse(body, status_code=200 if b.state == "ok" else 503)
+
+    async def models(self, request: Request) -> Response:
+        self.guard.check(request)
+        created = int(self.bridge.model_path.stat().st_mtime) if self.bridge.model_path.exists() else 0
+        entry = {"id": self.model_id, "object": "model", "created": created, "owned_by": "specee"}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._answer(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._answer(request, chat=False)
+
+    async def _answer(self, request: Request, chat: bool) -> Response:
+        self.guard.check(request)
+        body = await read_json(request)
+        req = (parse_chat if chat else parse_completion)(body, self.model_id, self._n_ctx())
+        self.bridge.check_accepting()
+        generate = self._generate(req)
+        if req.stream:
+            # the response starts at once; waiting for the turn happens inside the stream, where
+            # a client that leaves is noticed
+            events = self._stream(generate, req, chat)
+            return StreamingResponse(
+                events,
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                # runs also after a disconnect; a stream cancelled while sending is closed here
+                # (its cleanup cancels the answer) rather than whenever it is garbage-collected
+                background=BackgroundTask(events.aclose),
+            )
+        result = await _while_connected(request, self._collect(generate, chat))
+        return JSONResponse(result) if result is not None else Response(status_code=499)
+
+    async def _collect(self, generate: p.Generate, chat: bool) -> dict[str, Any]:
+        generation = await self.bridge.submit(generate)
+        try:
+            async for msg in generation.events():
+                if isinstance(msg, p.Done):
+                    return Shapes(generation.request_id, self.model_id, chat).complete(msg)
+        finally:
+            generation.close()
+        raise ApiError(500, "the engine ended the answer without a result")
+
+    async def _stream(self, generate: p.Generate, req: ParsedRequest, chat: bool) -> AsyncIterator[bytes]:
+        generation: Generation | None = None
+        try:
+            generation = await self.bridge.submit(generate)
+            shapes = Shapes(generation.request_id, self.model_id, chat)
+            if chat:
+                yield _sse(shapes.chunk(first=True))
+            async for msg in generation.events():
+                if isinstance(msg, p.Token) and msg.text:
+                    yield _sse(shapes.chunk(msg.text))
+                elif isinstance(msg, p.Done):
+                    yield _sse(shapes.chunk(finish=msg.finish_reason))
+                    if req.include_usage:
+                        yield _sse(shapes.usage_chunk(msg))
+            yield b"data: [DONE]\n\n"
+        except ApiError as exc:
+            # the status line is long gone: OpenAI clients raise on an error event
+            yield _sse(exc.body())
+        finally:
+            if generation is not None:
+                generation.close()
+
+
+async def _api_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return ApiError(exc.status_code, exc.detail, code="not_found" if exc.status_code == 404 else None).response()
+
+
+def create_app(bridge: EngineBridge, model_id: str, api_key: str | None = None, local_only: bool = True) -> Starlette:
+    routes = Routes(bridge, model_id, Guard(api_key, local_only))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await bridge.start()
+        try:
+            yield
+        finally:
+            await bridge.close()
+
+    return Starlette(
+        routes=[
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/chat/completions", routes.chat, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+        ],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+        lifespan=lifespan,
+    )

@@ -1,0 +1,170 @@
+"""Requests/s and time to first token of `specee serve` under concurrent streaming clients.
+
+    python -m engine.serve.bench --clients 4 --requests 16 --max-tokens 32
+
+Starts the server on the default model (or --model, or uses a running one with --url), sends the
+development prompts as streaming chat requests from N client threads at once, and reports
+requests/s, output tokens/s and the time to first token and to the last one (p50/p95). The worker
+answers one request at a time, so under N clients the time to first token includes the wait for
+the turn: that is what a client sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from urllib.parse import urlsplit
+
+from tqdm import tqdm
+
+from engine.bench.prompts import load_prompts
+from engine.serve.launcher import ServerProcess
+
+
+@dataclass
+class Result:
+    ttft_s: float
+    total_s: float
+    tokens: int
+
+
+def stream_chat(url: str, model: str, prompt: str, max_tokens: int, api_key: str | None) -> Result:
+    """One streaming chat request over plain HTTP (no client library needed to measure)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=600)
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    ttft, tokens = 0.0, 0
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            raise RuntimeError(chunk["error"]["message"])
+        if not ttft and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+            ttft = time.perf_counter() - t0
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
+    conn.close()
+    return Result(ttft, time.perf_counter() - t0, tokens)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def run(url: str, model: str, clients: int, requests: int, max_tokens: int, api_key: str | None) -> dict:
+    prompts = [p.text for p in load_prompts()]
+    stream_chat(url, model, prompts[0], 4, api_key)  # warm-up: the first answer pays one-off costs
+    results: list[Result] = []
+    errors: list[str] = []
+    next_index = iter(range(requests))
+    lock = threading.Lock()
+    bar = tqdm(total=requests, desc=f"{clients} clients", unit="req", file=sys.stderr)
+
+    def client() -> None:
+        while True:
+            with lock:
+                i = next(next_index, None)
+            if i is None:
+                return
+            try:
+                result = stream_chat(url, model, prompts[i % len(prompts)], max_tokens, api_key)
+            except (OSError, RuntimeError) as exc:
+                errors.append(str(exc))
+                continue
+            finally:
+                bar.update(1)
+            with lock:
+                results.append(result)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    bar.close()
+    ttft = [r.ttft_s * 1000 for r in results]
+    total = [r.total_s * 1000 for r in results]
+    return {
+        "clients": clients,
+        "requests": len(results),
+        "errors": errors,
+        "max_tokens": max_tokens,
+        "wall_s": round(wall, 2),
+        "requests_per_s": round(len(results) / wall, 3),
+        "output_tok_per_s": round(sum(r.tokens for r in results) / wall, 1),
+        "ttft_ms_p50": round(statistics.median(ttft), 1) if ttft else None,
+        "ttft_ms_p95": round(percentile(ttft, 0.95), 1) if ttft else None,
+        "latency_ms_p50": round(statistics.median(total), 1) if total else None,
+        "latency_ms_p95": round(percentile(total, 0.95), 1) if total else None,
+        "results": [asdict(r) for r in results],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.serve.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=16, help="requests in all, shared by the clients")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--model", help="GGUF path or registered id (default: the default model)")
+    ap.add_argument("--mode", default="auto", help="the server's acceleration mode")
+    ap.add_argument("--url", help="measure a server that is already running (e.g. http://127.0.0.1:8080)")
+    ap.add_argument("--api-key", help="that server's API key")
+    ap.add_argument("--json", help="write the full report here")
+    args = ap.parse_args(argv)
+    server = None
+    if args.url:
+        url, api_key = args.url.rstrip("/"), args.api_key
+    else:
+        server = ServerProcess(model=args.model, mode=args.mode)
+        print("starting specee serve ...", file=sys.stderr)
+        url, api_key = server.start(), None
+    try:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/models", headers=headers), timeout=30) as r:
+            model = json.load(r)["data"][0]["id"]
+        report = run(url, model, args.clients, args.requests, args.max_tokens, api_key)
+        with urllib.request.urlopen(f"{url}/health", timeout=30) as r:
+            report.update(model=model, mode=json.load(r).get("mode", "?"))
+    finally:
+        if server is not None:
+            server.stop()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    print(
+        f"{report['model']} ({report['mode']}), {report['clients']} streaming clients, {report['requests']} requests of"
+        f" {report['max_tokens']} tokens: {report['requests_per_s']} requests/s, {report['output_tok_per_s']} tok/s;"
+        f" time to first token p50 {report['ttft_ms_p50']} ms, p95 {report['ttft_ms_p95']} ms;"
+        f" latency p50 {report['latency_ms_p50']} ms, p95 {report['latency_ms_p95']} ms"
+        + (f"; {len(report['errors'])} errors: {report['errors'][0]}" if report["errors"] else "")
+    )
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Run the app under uvicorn, with the console lines `specee serve` prints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from engine import protocol as p
+from engine.serve.app import create_app
+from engine.serve.bridge import EngineBridge
+from engine.serve.launcher import base_url
+from engine.serve.security import bind_problem, is_local
+
+DEFAULT_PORT = 8080
+
+
+def log(msg: str) -> None:
+    print(f"[specee serve] {msg}", file=sys.stderr, flush=True)
+
+
+def example_curl(url: str, model_id: str, keyed: bool) -> str:
+    auth = ' -H "Authorization: Bearer $SPECEE_API_KEY"' if keyed else ""
+    body = f'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+    return f"curl {url}/v1/chat/completions{auth} -H 'Content-Type: application/json' -d '{body}'"
+
+
+def serve(
+    model_path: Path,
+    model_id: str,
+    mode: str = "auto",
+    placement: p.Placement | None = None,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    api_key: str | None = None,
+    allow_remote: bool = False,
+    max_queue: int = 32,
+    verbose: bool = False,
+) -> int:
+    problem = bind_problem(host, allow_remote, api_key)
+    if problem:
+        log(problem)
+        return 2
+    bridge = EngineBridge(model_path, mode, placement, max_queue=max_queue, log=log)
+    app = create_app(bridge, model_id, api_key, local_only=is_local(host))
+    url = base_url(host, port)
+    log(f"OpenAI-compatible API on {url}/v1 (model id {model_id!r}){'; API key required' if api_key else ''}")
+    log(f"try: {example_curl(url, model_id, bool(api_key))}")
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info" if verbose else "warning",
+        access_log=verbose,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    uvicorn.Server(config).run()
+    return 0
