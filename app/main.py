@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from engine.client import FROZEN_WORKER_FLAG
+from engine.serve.launcher import FROZEN_SERVE_FLAG
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,6 +15,11 @@ def main(argv: list[str] | None = None) -> int:
         from engine.worker.process import main as worker_main
 
         return worker_main()
+    if FROZEN_SERVE_FLAG in argv[1:]:
+        # ... and the `specee serve` the window's Serve switch starts (engine/serve/launcher.py).
+        from engine.cli import main as cli_main
+
+        return cli_main(["serve", *(a for a in argv[1:] if a != FROZEN_SERVE_FLAG)])
     if "--selftest" in argv[1:]:
         from engine.selftest import run
 

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 QT = ("PySide6", "shiboken6", "PyQt5", "PyQt6")
 FORBIDDEN_FOR_APP = ("engine.native", "engine.placement", "engine.worker", "llama_cpp")
 # app/main.py is also the frozen installer's worker executable: with the worker flag it runs the
-# worker's process shell instead of the window (engine/client.py FROZEN_WORKER_FLAG).
-ALLOWED = {("app.main", "engine.worker.process")}
+# worker's process shell instead of the window (engine/client.py FROZEN_WORKER_FLAG), and with the serve flag
+# the `specee serve` command line (engine/serve/launcher.py FROZEN_SERVE_FLAG): child processes, not the window.
+ALLOWED = {("app.main", "engine.worker.process"), ("app.main", "engine.cli")}
 
 
 def _module_file(name: str) -> Path | None:

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -200,6 +201,21 @@ def test_refuses_remote_bind_without_flag_and_key(capsys: pytest.CaptureFixture[
     assert "API key" in capsys.readouterr().err
     assert bind_problem("0.0.0.0", True, "k") == ""
     assert is_local("127.0.0.1") and is_local("[::1]") and is_local("localhost") and not is_local("192.168.1.2")
+
+
+def test_a_frozen_app_serves_through_its_own_executable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installer has no Python to run `-m engine.cli`: the launcher runs the app with the serve flag,
+    and app/main.py hands the rest of the command line to `specee serve` (here refused: a remote bind)."""
+    from app.main import main as app_main
+    from engine.serve.launcher import FROZEN_SERVE_FLAG, serve_command
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert serve_command() == [sys.executable, FROZEN_SERVE_FLAG]
+    monkeypatch.delenv("SPECEE_API_KEY", raising=False)
+    assert app_main(["specee-chat", FROZEN_SERVE_FLAG, "--host", "0.0.0.0"]) == 2
+    assert "--allow-remote" in capsys.readouterr().err
 
 
 def test_request_parsing_without_a_server() -> None:

@@ -38,7 +38,13 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# A frozen installer has no separate Python: the app's own executable serves (app/main.py), like the worker.
+FROZEN_SERVE_FLAG = "--specee-serve"
+
+
 def serve_command(python: str | None = None) -> list[str]:
+    if python is None and getattr(sys, "frozen", False):
+        return [sys.executable, FROZEN_SERVE_FLAG]
     return [python or sys.executable, "-m", "engine.cli", "serve"]
 
 
