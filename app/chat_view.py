@@ -141,6 +141,7 @@ class MessageCard(QFrame):
             self.widgets = [self._widget(s) for s in segments]
             for w in self.widgets:
                 self.body.addWidget(w)
+                w.show()
         else:  # streaming: the same blocks, longer; update the texts in place
             for seg, old, w in zip(segments, self.segments, self.widgets, strict=True):
                 if seg != old:
@@ -222,6 +223,7 @@ class ChatView(QScrollArea):
                 card = MessageCard(role, self.dark)
                 self.cards.append(card)
                 self.column.insertWidget(self.column.count() - 1, card)
+                card.show()  # now, not at the next event loop turn: the layout counts only shown widgets
             self.cards[i].set_message(content, footer)
         self._drop_cards_from(len(items))
         self.hint.setText(hint if not items else "")
@@ -242,8 +244,8 @@ class ChatView(QScrollArea):
 
     def _settle(self) -> None:
         """Lay the cards out now, so the scroll range is current when the position is restored."""
-        for _ in range(3):
-            QApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        QApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        QApplication.sendEvent(self, QEvent(QEvent.Type.LayoutRequest))  # the scroll range follows now
 
     def code_blocks(self) -> list[CodeBlock]:
         return [b for card in self.cards for b in card.code_blocks()]
