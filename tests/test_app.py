@@ -317,7 +317,7 @@ def test_code_blocks_have_a_copy_button_that_copies_exactly_the_code(qtbot, idle
     assert QApplication.clipboard().text() == "def is_prime(n):\n    return n > 1 and all(n % i for i in range(2, n))\n"
     assert blocks[0].copy_button.text() == "Copied"
     html = blocks[0].text.text()
-    assert "<span style=\"color" in html and ">def</span>" in html  # highlighted by pygments
+    assert '<span style="color' in html and ">def</span>" in html  # highlighted by pygments
     assert "Here:" in idle_window.transcript() and "Done." in idle_window.transcript()
 
 
@@ -367,7 +367,8 @@ def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: Ma
     )  # fmt: skip
     idle_window.on_event(loaded)
     assert "plain decoding" in idle_window.accel_badge.text() and "40.0 tok/s" in idle_window.accel_badge.text()
-    idle_window.on_event(p.AutoDecided(mode="ngram", mode_reason="ngram 1.10x vanilla here", measured_tok_s={"vanilla": 40.0, "ngram": 44.0}))
+    speeds = {"vanilla": 40.0, "ngram": 44.0}
+    idle_window.on_event(p.AutoDecided(mode="ngram", mode_reason="ngram 1.10x vanilla here", measured_tok_s=speeds))
     assert "n-gram" in idle_window.accel_badge.text() and "44.0 tok/s" in idle_window.accel_badge.text()
     assert idle_window.accel_badge.toolTip() == "ngram 1.10x vanilla here"
     dialog = idle_window.open_settings()

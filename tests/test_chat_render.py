@@ -81,7 +81,7 @@ def test_code_is_highlighted_per_language_and_theme() -> None:
 
     light = highlight_code("def f():\n    return 1\n", "python", dark=False)
     dark = highlight_code("def f():\n    return 1\n", "python", dark=True)
-    assert light.startswith("<pre") and "<span style=\"color" in light and ">def</span>" in light
+    assert light.startswith("<pre") and '<span style="color' in light and ">def</span>" in light
     assert light != dark  # each theme has its own colours
     plain = highlight_code("just <text>", "no-such-language", dark=False)
     assert "&lt;text&gt;" in plain  # unknown languages are shown as text, escaped
