@@ -104,7 +104,7 @@ class MessageCard(QFrame):
         head.addWidget(self.role_label)
         head.addStretch()
         self.body = QVBoxLayout()
-        self.body.setContentsMargins(34, 0, 0, 0)
+        self.body.setContentsMargins(34 if role != "notice" else 0, 0, 0, 0)
         self.body.setSpacing(8)
         self.footer = QLabel()
         self.footer.setObjectName("cardFooter")
@@ -113,6 +113,9 @@ class MessageCard(QFrame):
         layout.setContentsMargins(14, 12, 16, 12)
         layout.setSpacing(6)
         layout.addLayout(head)
+        if role == "notice":  # the engine speaking (limits, errors): text only, no avatar
+            avatar.hide()
+            self.role_label.hide()
         layout.addLayout(self.body)
         layout.addWidget(self.footer)
         self.widgets: list[QWidget] = []
@@ -167,7 +170,7 @@ class MessageCard(QFrame):
         return label
 
     def plain_text(self) -> str:
-        parts = [self.role_label.text()]
+        parts = [self.role_label.text()] if self.role != "notice" else []
         for seg in self.segments:
             parts.append(seg.text.rstrip("\n") if seg.kind == "code" else _markdown_to_text(seg.text))
         parts += self.footer_lines

@@ -20,13 +20,15 @@ class ModelSwitcher(QComboBox):
         self.setAccessibleName("Model")
         self.setToolTip("The model to chat with (Models… downloads more)")
         self.setMinimumWidth(300)
-        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
 
     def add_entry(self, text: str, target: str, kind: str = "local", tooltip: str = "") -> None:
         self.addItem(text, target)
         self.setItemData(self.count() - 1, kind, KIND_ROLE)
         if tooltip:
             self.setItemData(self.count() - 1, tooltip, Qt.ItemDataRole.ToolTipRole)
+        # wide enough for the longest entry (up to a limit), whichever is selected
+        longest = max(self.fontMetrics().horizontalAdvance(self.itemText(i)) for i in range(self.count()))
+        self.setMinimumWidth(min(max(300, longest + 56), 620))
 
 
 class HeaderBar(QWidget):

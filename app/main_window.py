@@ -114,6 +114,8 @@ class MainWindow(QMainWindow):
         self.sidebar.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.sidebar.layout().setContentsMargins(10, 10, 10, 10)
         self.sidebar.new_button.setText("+  New chat")
+        self.sidebar.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.sidebar.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.view = ChatView()
         self.welcome = WelcomePane()
         self.system_edit = QLineEdit()

@@ -21,16 +21,17 @@ MODE_NAMES = {
 
 
 def installed_weights(record: ModelRecord) -> str:
-    """The acceleration weights installed for this exact model (by its registered sha256)."""
+    """The acceleration this exact model has weights for (by its registered sha256), in a few words:
+    "EAGLE + SpecEE", "EAGLE", or "training-free modes" (ngram, draft) when none are installed."""
     try:
         pack = find_pack(Path(record.path))
     except OSError:
         pack = None
     if pack is None or pack.eagle_head is None:
-        return "training-free modes only"
+        return "training-free modes"
     if pack.exit_predictors is not None:
-        return "EAGLE + SpecEE weights"
-    return "EAGLE weights" if pack.eagle_measured else "EAGLE weights (not measured yet)"
+        return "EAGLE + SpecEE"
+    return "EAGLE" if pack.eagle_measured else "EAGLE (not measured yet)"
 
 
 def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = None) -> tuple[str, str]:

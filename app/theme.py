@@ -124,6 +124,7 @@ QMainWindow, #chatPane {{ background: {c.window}; }}
 #card_user {{ background: {c.user_card}; border-radius: 12px; }}
 #card_assistant {{ background: {c.assistant_card}; border: 1px solid {c.border}; border-radius: 12px; }}
 #card_notice {{ background: transparent; border: 1px dashed {c.border}; border-radius: 10px; }}
+#card_notice QLabel {{ color: {c.muted}; }}
 #avatar_user, #avatar_assistant {{ border-radius: 13px; font-weight: 700; color: {c.accent_text}; }}
 #avatar_user {{ background: #8b5cf6; }}
 #avatar_assistant {{ background: {c.accent}; }}
@@ -139,6 +140,12 @@ QLineEdit, QComboBox {{
     background: {c.surface}; border: 1px solid {c.border}; border-radius: 6px; padding: 4px 8px;
 }}
 QComboBox::drop-down {{ border: none; width: 22px; }}
+QComboBox {{ combobox-popup: 0; }}
+QComboBox QAbstractItemView {{
+    background: {c.surface}; color: {c.text}; border: 1px solid {c.border}; outline: none; padding: 4px;
+    selection-background-color: {c.accent}; selection-color: {c.accent_text};
+}}
+QComboBox QAbstractItemView::item {{ padding: 6px 8px; min-height: 20px; }}
 #sidebar QPushButton {{ text-align: left; padding: 7px 10px; }}
 QPushButton {{
     background: {c.surface}; border: 1px solid {c.border}; border-radius: 6px; padding: 5px 12px;
@@ -151,12 +158,16 @@ QPushButton#danger {{ color: {c.danger}; }}
 #welcome {{ background: {c.window}; }}
 #welcomeTitle {{ font-size: 22px; font-weight: 600; }}
 #welcomeText {{ color: {c.muted}; font-size: 13px; }}
-QProgressBar {{ border: none; background: {c.border}; border-radius: 3px; max-height: 6px; }}
-QProgressBar::chunk {{ background: {c.accent}; border-radius: 3px; }}
+#welcome QProgressBar {{ border: none; background: {c.border}; border-radius: 3px; max-height: 6px; }}
+#welcome QProgressBar::chunk {{ background: {c.accent}; border-radius: 3px; }}
+QListWidget {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 8px; padding: 4px; }}
+QListWidget::item {{ padding: 6px 8px; border-radius: 6px; }}
+QListWidget::item:selected {{ background: {c.user_card}; color: {c.text}; }}
 QStatusBar {{ background: {c.surface}; border-top: 1px solid {c.border}; color: {c.muted}; }}
 QPlainTextEdit:focus, QLineEdit:focus, QTextBrowser:focus, QListWidget:focus, QComboBox:focus {{
     border: 2px solid palette(highlight); border-radius: 6px;
 }}
 #composer QPlainTextEdit:focus {{ border: 2px solid palette(highlight); border-radius: 8px; }}
+#sidebar QListWidget:focus {{ border: 2px solid palette(highlight); border-radius: 8px; }}
 QPushButton:focus {{ border: 2px solid palette(highlight); }}
 """

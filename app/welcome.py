@@ -24,13 +24,19 @@ class WelcomePane(QWidget):
         self.bar = QProgressBar()
         self.bar.setRange(0, 0)  # busy: the steps report no fraction
         self.bar.setTextVisible(False)
-        self.bar.setFixedWidth(360)
+        box = QWidget()  # one centred column of fixed width, so the text wraps evenly
+        box.setFixedWidth(460)
+        inner = QVBoxLayout(box)
+        inner.setSpacing(14)
+        for w in (title, intro, self.bar, self.step):
+            inner.addWidget(w)  # no alignment flag: a wrapped label then gets the height it needs
+            if isinstance(w, QLabel):
+                w.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        intro.setFixedWidth(440)
+        intro.setMinimumHeight(intro.heightForWidth(440))  # all of it, not the label's guessed height
         col = QVBoxLayout(self)
         col.addStretch(2)
-        for w in (title, intro, self.bar, self.step):
-            col.addWidget(w, 0, Qt.AlignmentFlag.AlignHCenter)
-            w.setMaximumWidth(520)
-        intro.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        col.addWidget(box, 0, Qt.AlignmentFlag.AlignHCenter)
         col.addStretch(3)
 
     def set_step(self, text: str) -> None:
