@@ -89,7 +89,7 @@ class MessageCard(QFrame):
         self.content: str | None = None
         self.footer_lines: list[str] = []
         self.segments: list[Segment] = []
-        self.setObjectName(f"card_{role}" if role in ("user", "assistant") else "card_notice")
+        self.setObjectName(f"card_{role}" if role in ("user", "assistant", "error") else "card_notice")
         name, letter = ROLES.get(role, (role.title(), role[:1].upper()))
         avatar = QLabel(letter)
         avatar.setObjectName(f"avatar_{role}")
@@ -104,7 +104,7 @@ class MessageCard(QFrame):
         head.addWidget(self.role_label)
         head.addStretch()
         self.body = QVBoxLayout()
-        self.body.setContentsMargins(34 if role != "notice" else 0, 0, 0, 0)
+        self.body.setContentsMargins(0 if role in ("notice", "error") else 34, 0, 0, 0)
         self.body.setSpacing(8)
         self.footer = QLabel()
         self.footer.setObjectName("cardFooter")
@@ -113,7 +113,7 @@ class MessageCard(QFrame):
         layout.setContentsMargins(14, 12, 16, 12)
         layout.setSpacing(6)
         layout.addLayout(head)
-        if role == "notice":  # the engine speaking (limits, errors): text only, no avatar
+        if role in ("notice", "error"):  # the engine speaking (limits, errors): text only, no avatar
             avatar.hide()
             self.role_label.hide()
         layout.addLayout(self.body)
@@ -170,7 +170,7 @@ class MessageCard(QFrame):
         return label
 
     def plain_text(self) -> str:
-        parts = [self.role_label.text()] if self.role != "notice" else []
+        parts = [] if self.role in ("notice", "error") else [self.role_label.text()]
         for seg in self.segments:
             parts.append(seg.text.rstrip("\n") if seg.kind == "code" else _markdown_to_text(seg.text))
         parts += self.footer_lines
@@ -218,7 +218,8 @@ class ChatView(QScrollArea):
         bar = self.verticalScrollBar()
         at_end, where = bar.value() >= bar.maximum() - 4, bar.value()
         items = [(m["role"], m["content"], message_footer(m)) for m in messages]
-        items += [("notice", n.strip("*"), []) for n in notices]
+        # the engine's words after the chat: an error ("**Title:** what to do") or a notice
+        items += [("error" if n.startswith("**") else "notice", n, []) for n in notices]
         for i, (role, content, footer) in enumerate(items):
             if i < len(self.cards) and self.cards[i].role != role:
                 self._drop_cards_from(i)

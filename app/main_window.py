@@ -617,7 +617,7 @@ class MainWindow(QMainWindow):
         self.view.show_conversation(self.messages, self.notices, EMPTY_HINT)
 
     def _show_acceleration(self) -> None:
-        badge, why = acceleration_state(self.loaded, self.decided)
+        badge, why = acceleration_state(self.loaded, self.decided, self.settings.mode)
         self.accel_badge.setText(badge)
         self.accel_badge.setToolTip(why)
 

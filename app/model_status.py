@@ -34,8 +34,9 @@ def installed_weights(record: ModelRecord) -> str:
     return "EAGLE" if pack.eagle_measured else "EAGLE (not measured yet)"
 
 
-def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = None) -> tuple[str, str]:
-    """(badge, tooltip) for the loaded model: the mode running now and its measured speed, and why."""
+def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = None, requested: str = "") -> tuple[str, str]:
+    """(badge, tooltip) for the loaded model: the mode running now and its measured speed, and why.
+    requested: the mode the app asked for ("auto" measures in the background until AutoDecided)."""
     if loaded is None:
         return "", ""
     mode = decided.mode if decided else loaded.mode
@@ -46,6 +47,8 @@ def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = 
     badge = MODE_NAMES.get(mode, mode)
     if speeds.get(mode):
         badge += f" · {speeds[mode]:.1f} tok/s measured"
+    elif requested == "auto" and decided is None:
+        badge += " · auto is measuring the modes"
     return badge, reason
 
 

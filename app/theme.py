@@ -125,6 +125,7 @@ QMainWindow, #chatPane {{ background: {c.window}; }}
 #card_assistant {{ background: {c.assistant_card}; border: 1px solid {c.border}; border-radius: 12px; }}
 #card_notice {{ background: transparent; border: 1px dashed {c.border}; border-radius: 10px; }}
 #card_notice QLabel {{ color: {c.muted}; }}
+#card_error {{ background: transparent; border: 1px solid {c.danger}; border-radius: 10px; }}
 #avatar_user, #avatar_assistant {{ border-radius: 13px; font-weight: 700; color: {c.accent_text}; }}
 #avatar_user {{ background: #8b5cf6; }}
 #avatar_assistant {{ background: {c.accent}; }}

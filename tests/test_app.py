@@ -396,3 +396,16 @@ def test_first_run_shows_a_welcome_pane_then_the_chat(qtbot, model_path: Path) -
     assert win.pages.currentWidget() is not win.welcome and win.view.isVisible()
     assert win.model_switch.currentData() == str(model_path) and "default" in win.model_switch.currentText()
     win.close()
+
+
+def test_errors_and_notices_get_their_own_cards(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """An error reads as an error (its own outlined card, title in bold, no stray Markdown marks)."""
+    idle_window.messages = [{"role": "user", "content": "Hi"}]
+    idle_window.on_event(p.Error(kind="bad_request", message="The request was not understood."))
+    card = idle_window.view.cards[-1]
+    assert card.objectName() == "card_error" and not card.role_label.isVisible()
+    shown = idle_window.transcript()
+    assert "The request was not understood." in shown and "**" not in shown
+    idle_window.chat.notices = ["The answer stopped at the 8-token limit. Continue writes more of it."]
+    idle_window._render()
+    assert idle_window.view.cards[-1].objectName() == "card_notice" and "8-token limit" in idle_window.transcript()
