@@ -5,7 +5,7 @@ add_action() and ModelSwitcher.add_entry(), so they need no change to the layout
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 # Item data roles of the switcher: the path (or endpoint) to load, and what kind of entry it is.
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -28,7 +28,7 @@ class ModelSwitcher(QComboBox):
             self.setItemData(self.count() - 1, tooltip, Qt.ItemDataRole.ToolTipRole)
         # wide enough for the longest entry (up to a limit), whichever is selected
         longest = max(self.fontMetrics().horizontalAdvance(self.itemText(i)) for i in range(self.count()))
-        self.setMinimumWidth(min(max(300, longest + 56), 620))
+        self.setMinimumWidth(min(max(300, longest + 72), 520))  # + arrow and padding
 
 
 class HeaderBar(QWidget):
@@ -40,12 +40,13 @@ class HeaderBar(QWidget):
         self.accel_badge = QLabel("")
         self.accel_badge.setObjectName("accelBadge")
         self.accel_badge.setAccessibleName("Acceleration")
+        # never widens the window: a long state is clipped here and whole in the tooltip / Settings
+        self.accel_badge.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.row = QHBoxLayout(self)
         self.row.setContentsMargins(14, 8, 14, 8)
         self.row.setSpacing(8)
         self.row.addWidget(self.model_switch)
-        self.row.addWidget(self.accel_badge)
-        self.row.addStretch(1)
+        self.row.addWidget(self.accel_badge, 1)
 
     def add_action(self, widget: QWidget) -> None:
         """A button (or toggle) at the right end of the header."""

@@ -114,6 +114,7 @@ class MainWindow(QMainWindow):
         self.sidebar.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.sidebar.layout().setContentsMargins(10, 10, 10, 10)
         self.sidebar.new_button.setText("+  New chat")
+        self.sidebar.setMinimumWidth(200)
         self.sidebar.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.sidebar.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.view = ChatView()
@@ -157,8 +158,9 @@ class MainWindow(QMainWindow):
 
         for b in (self.repair_button, self.restart_button, self.train_button):
             self.header.add_action(b)
+        # the app's places, under the conversations (the header keeps the model and its actions)
         for b in (self.models_button, self.settings_button, self.about_button):
-            self.header.add_action(b)
+            self.sidebar.layout().addWidget(b)
         actions = QHBoxLayout()
         actions.setSpacing(6)
         for b in (self.continue_button, self.regen_button, self.edit_button, self.copy_button):

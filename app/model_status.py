@@ -48,7 +48,7 @@ def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = 
     if speeds.get(mode):
         badge += f" · {speeds[mode]:.1f} tok/s measured"
     elif requested == "auto" and decided is None:
-        badge += " · auto is measuring the modes"
+        badge += " · auto: measuring"
     return badge, reason
 
 
