@@ -1,6 +1,8 @@
-"""The main window: conversations on the left; the chat (Markdown, streaming), its system prompt and
-sampling preset, the input box and actions on the right; engine state, context use and the speed
-meter in the status bar. All engine work happens in the worker process (WorkerBridge)."""
+"""The main window: conversations on the left; on the right a header (model switcher with its
+acceleration state, Models, Settings, About), the chat as message cards (or, on first run, a
+welcome pane while the default model is prepared), and the composer (system prompt, sampling preset,
+message box, Send/Stop and the answer's actions); engine state, context use and the speed meter in
+the status bar. All engine work happens in the worker process (WorkerBridge)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence, QShortcut, QShowEvent
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -21,20 +24,24 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
-    QTextBrowser,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from app import theme
+from app.chat_view import ChatView
+from app.header import HeaderBar
 from app.model_manager import ModelManager
+from app.model_status import acceleration_state, installed_weights
 from app.settings_dialog import SettingsDialog
 from app.sidebar import ConversationSidebar
 from app.speed_meter import SpeedMeter
 from app.train_runner import TrainRunner
+from app.welcome import WelcomePane
 from app.worker_bridge import WorkerBridge
 from engine import protocol as p
 from engine.about import about_text
-from engine.chats.render import conversation_markdown
 from engine.chats.session import ChatSession
 from engine.chats.store import ConversationStore
 from engine.models.default_model import default_model_path, ensure_default_model
@@ -77,13 +84,8 @@ PRESETS = {  # name -> (temperature, top_p)
     "Creative": (1.0, 0.98),
 }
 
-
-FOCUS_RING = """
-QPlainTextEdit:focus, QLineEdit:focus, QTextBrowser:focus, QListWidget:focus, QComboBox:focus {
-    border: 2px solid palette(highlight); border-radius: 4px;
-}
-QPushButton:focus { border: 2px solid palette(highlight); border-radius: 4px; padding: 4px 12px; }
-"""
+ORIGINS = {"local": "your file", "hf": "downloaded", "pypi": "downloaded"}  # ModelRecord.source prefixes
+EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N starts a new chat, Ctrl+K searches."
 
 
 class MainWindow(QMainWindow):
@@ -104,13 +106,19 @@ class MainWindow(QMainWindow):
         self.plan_text = ""
         self.model_loaded = False
         self.n_ctx = 0
-        self.code: list[str] = []
+        self.loaded: p.Loaded | None = None  # what the worker loaded, as it said it
+        self.decided: p.AutoDecided | None = None  # what `auto` chose after measuring
 
         self.sidebar = ConversationSidebar(self.store)
-        self.view = QTextBrowser()
-        self.view.setAccessibleName("Conversation")
-        self.view.setOpenLinks(False)
-        self.view.anchorClicked.connect(self._on_link)
+        self.sidebar.setObjectName("sidebar")
+        self.sidebar.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.sidebar.layout().setContentsMargins(10, 10, 10, 10)
+        self.sidebar.new_button.setText("+  New chat")
+        self.sidebar.setMinimumWidth(200)
+        self.sidebar.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.sidebar.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.view = ChatView()
+        self.welcome = WelcomePane()
         self.system_edit = QLineEdit()
         self.system_edit.setPlaceholderText("System prompt for this chat (optional)")
         self.system_edit.setAccessibleName("System prompt")
@@ -118,25 +126,25 @@ class MainWindow(QMainWindow):
         self.preset.addItems(list(PRESETS))
         self.preset.setCurrentText("Balanced")
         self.preset.setAccessibleName("Sampling preset")
+        self.preset.setToolTip("How adventurous the answers are")
+        self.header = HeaderBar()
         # every installed model (default, downloaded, added with `specee models add`), one click away
-        self.model_switch = QComboBox()
-        self.model_switch.setAccessibleName("Model")
-        self.model_switch.setToolTip("The model to chat with (Models… downloads more)")
-        self.model_switch.setMinimumWidth(220)
-        self.repair_button = self._button("Repair model")
+        self.model_switch = self.header.model_switch
+        self.accel_badge = self.header.accel_badge
+        self.repair_button = self._button("Repair model", "danger")
         self.repair_button.setToolTip("Fetch and verify the default model again")
         self.repair_button.setVisible(False)
         self.input = PromptEdit()
         self.input.setAccessibleName("Message")
         self.input.setPlaceholderText("Message the model (Enter sends, Shift+Enter for a new line)")
-        self.input.setFixedHeight(80)
-        self.send_button = self._button("Send")
+        self.input.setFixedHeight(72)
+        self.send_button = self._button("Send", "primary")
         self.stop_button = self._button("Stop")
         self.stop_button.setEnabled(False)
         self.regen_button = self._button("Regenerate")
         self.edit_button = self._button("Edit last")
         self.copy_button = self._button("Copy answer")
-        self.continue_button = self._button("Continue")
+        self.continue_button = self._button("Continue", "primary")
         self.continue_button.setToolTip("The answer stopped at the length limit: generate more of it")
         self.continue_button.setVisible(False)
         self.models_button = self._button("Models…")
@@ -145,40 +153,58 @@ class MainWindow(QMainWindow):
         self.train_button = self._button("Train acceleration")
         self.train_button.setVisible(False)
         self.trainer: TrainRunner | None = None
-        self.restart_button = self._button("Restart engine")
+        self.restart_button = self._button("Restart engine", "danger")
         self.restart_button.setVisible(False)
 
-        top = QHBoxLayout()
-        top.addWidget(self.model_switch)
-        top.addWidget(self.system_edit, 1)
-        top.addWidget(self.preset)
-        buttons = QVBoxLayout()
-        for b in (self.send_button, self.stop_button, self.restart_button, self.repair_button):
-            buttons.addWidget(b)
-        buttons.addStretch()
+        for b in (self.repair_button, self.restart_button, self.train_button):
+            self.header.add_action(b)
+        # the app's places, under the conversations (the header keeps the model and its actions)
+        for b in (self.models_button, self.settings_button, self.about_button):
+            self.sidebar.layout().addWidget(b)
         actions = QHBoxLayout()
+        actions.setSpacing(6)
         for b in (self.continue_button, self.regen_button, self.edit_button, self.copy_button):
             actions.addWidget(b)
         actions.addStretch()
-        actions.addWidget(self.train_button)
-        actions.addWidget(self.models_button)
-        actions.addWidget(self.settings_button)
-        actions.addWidget(self.about_button)
-        row = QHBoxLayout()
+        actions.addWidget(self.system_edit, 2)
+        actions.addWidget(self.preset)
+        composer = QFrame()
+        composer.setObjectName("composer")
+        row = QHBoxLayout(composer)
+        row.setContentsMargins(8, 6, 8, 6)
         row.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch()
         row.addLayout(buttons)
-        chat = QVBoxLayout()
-        chat.addLayout(top)
+        bottom = QVBoxLayout()
+        bottom.setContentsMargins(20, 8, 20, 12)
+        bottom.setSpacing(8)
+        bottom.addLayout(actions)
+        bottom.addWidget(composer)
+        chat_page = QWidget()
+        chat_page.setObjectName("chatPane")
+        chat = QVBoxLayout(chat_page)
+        chat.setContentsMargins(0, 0, 0, 0)
+        chat.setSpacing(0)
         chat.addWidget(self.view, 1)
-        chat.addLayout(actions)
-        chat.addLayout(row)
-        chat_widget = QWidget()
-        chat_widget.setLayout(chat)
+        chat.addLayout(bottom)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(chat_page)
+        self.pages.addWidget(self.welcome)
+        right = QWidget()
+        right_col = QVBoxLayout(right)
+        right_col.setContentsMargins(0, 0, 0, 0)
+        right_col.setSpacing(0)
+        right_col.addWidget(self.header)
+        right_col.addWidget(self.pages, 1)
         splitter = QSplitter()
+        splitter.setHandleWidth(1)
         splitter.addWidget(self.sidebar)
-        splitter.addWidget(chat_widget)
+        splitter.addWidget(right)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([240, 800])
+        splitter.setSizes([250, 900])
         self.setCentralWidget(splitter)
 
         self.state_label = QLabel("Starting…")
@@ -232,7 +258,7 @@ class MainWindow(QMainWindow):
         # focused control shows a ring, and the window opens with the message box focused so the
         # first keys typed after launch land there (not on "New chat", where Space clicked it).
         self.input.setTabChangesFocus(True)
-        self.setStyleSheet(FOCUS_RING)
+        self.set_theme(theme.current().name)
         self.input.setFocus()
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -241,10 +267,21 @@ class MainWindow(QMainWindow):
             self._shown_once = True
             self.input.setFocus()
 
-    def _button(self, text: str) -> QPushButton:
+    def _button(self, text: str, role: str = "") -> QPushButton:
         b = QPushButton(text)
         b.setAccessibleName(text)
+        if role:
+            b.setObjectName(role)  # "primary" / "danger": styled by the theme
         return b
+
+    def set_theme(self, name: str) -> None:
+        """Light or dark: the palette (application-wide), this window's stylesheet, code colours."""
+        app = QApplication.instance()
+        if isinstance(app, QApplication) and app.property("specee_theme") != name:
+            theme.apply_theme(app, name)
+        self.colors = theme.DARK if name == "dark" else theme.LIGHT
+        self.setStyleSheet(theme.stylesheet(self.colors))
+        self.view.set_dark(name == "dark")
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -262,8 +299,12 @@ class MainWindow(QMainWindow):
         if self.model_path:
             self._load(self.model_path)
         else:
+            # first run (or no model chosen yet): nothing to decide, only progress to show
+            self.pages.setCurrentWidget(self.welcome)
             resolver = _ModelResolver(self)
             resolver.progress.connect(self.state_label.setText)
+            resolver.progress.connect(self.welcome.set_step)
+            resolver.resolved.connect(lambda path: self.welcome.set_step("Loading the model"))
             resolver.resolved.connect(self._load)
             resolver.failed.connect(lambda msg: self._show_error("model", msg))
             resolver.run()
@@ -273,14 +314,17 @@ class MainWindow(QMainWindow):
         self.model_switch.blockSignals(True)
         self.model_switch.clear()
         paths = []
+        default = str(default_model_path())
         for m in ModelRegistry().all():
             if m.exists and m.path not in paths:
                 paths.append(m.path)
-                self.model_switch.addItem(
-                    f"{m.id} · {m.size / 1e9:.2f} GB" if m.size >= 1e8 else f"{m.id} · {m.size / 1e6:.0f} MB", m.path
-                )
+                size = f"{m.size / 1e9:.2f} GB" if m.size >= 1e9 else f"{m.size / 1e6:.0f} MB"
+                weights = installed_weights(m)
+                origin = "default" if m.path == default else ORIGINS.get(m.source.split(":", 1)[0], "")
+                label = " · ".join(x for x in (m.id, size, weights, origin) if x)
+                self.model_switch.add_entry(label, m.path, tooltip=f"{m.path}\nsource: {m.source}\n{weights}")
         if self.model_path and self.model_path not in paths:
-            self.model_switch.addItem(Path(self.model_path).stem, self.model_path)
+            self.model_switch.add_entry(Path(self.model_path).stem, self.model_path, tooltip=self.model_path)
         i = self.model_switch.findData(self.model_path)
         self.model_switch.setCurrentIndex(max(i, 0))
         self.model_switch.blockSignals(False)
@@ -314,8 +358,7 @@ class MainWindow(QMainWindow):
         return dialog
 
     def open_settings(self) -> SettingsDialog:
-        state = self.state_label.toolTip() or self.state_label.text()
-        dialog = SettingsDialog(self.settings, f"{state}\n\nPlacement: {self.plan_text}" if self.plan_text else state, self)
+        dialog = SettingsDialog(self.settings, self.loaded, self.decided, self)
 
         def apply() -> None:
             new = dialog.result_settings(self.settings)
@@ -505,6 +548,8 @@ class MainWindow(QMainWindow):
             self.native_info = msg.native  # the worker's llama.cpp build, for About
             return
         if isinstance(msg, p.AutoDecided):  # auto finished measuring in the background
+            self.decided = msg
+            self._show_acceleration()
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             self._status = (f"{self._status[0].rsplit(' · ', 1)[0]} · {msg.mode}", msg.mode_reason)
             if not self._error_shown:
@@ -517,6 +562,9 @@ class MainWindow(QMainWindow):
         if changed == "loaded":
             assert isinstance(msg, p.Loaded)
             self.model_loaded = True
+            self.loaded, self.decided = msg, None
+            self._show_acceleration()
+            self.pages.setCurrentWidget(self.pages.widget(0))  # first run over: straight into the chat
             self.n_ctx = msg.n_ctx
             self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
@@ -568,23 +616,12 @@ class MainWindow(QMainWindow):
     # -- helpers --------------------------------------------------------------------------------------
 
     def _render(self) -> None:
-        md, self.code = conversation_markdown(self.messages)
-        if self.notices:
-            md += "\n\n" + "\n\n".join(f"*{n}*" if not n.startswith("**") else n for n in self.notices)
-        if not self.messages and not self.notices:
-            md = "*Ask anything. Enter sends, Shift+Enter adds a line, Ctrl+N starts a new chat, Ctrl+K searches.*"
-        bar = self.view.verticalScrollBar()
-        at_end, where = bar.value() >= bar.maximum() - 4, bar.value()
-        self.view.setMarkdown(md)  # resets the scroll position
-        bar.setValue(bar.maximum() if at_end else where)  # follow the answer, or stay where the reader is
+        self.view.show_conversation(self.messages, self.notices, EMPTY_HINT)
 
-    def _on_link(self, url: QUrl) -> None:
-        if url.scheme() == "copy":
-            i = int(url.path() or url.toString().split(":", 1)[1])
-            if 0 <= i < len(self.code):
-                QApplication.clipboard().setText(self.code[i])
-        else:
-            QDesktopServices.openUrl(url)
+    def _show_acceleration(self) -> None:
+        badge, why = acceleration_state(self.loaded, self.decided, self.settings.mode)
+        self.accel_badge.setText(badge)
+        self.accel_badge.setToolTip(why)
 
     def _set_busy(self, busy: bool) -> None:
         self.stop_button.setEnabled(busy)

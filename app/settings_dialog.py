@@ -1,22 +1,103 @@
-"""Settings: acceleration mode, threads, context length; where models live; what the engine chose."""
+"""Settings: the acceleration mode, threads and context length, each explained; and, in plain words,
+what the engine runs now and why (the worker's Loaded.plan, mode_reason and measured speeds)."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QSpinBox
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QFrame,
+    QLabel,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.model_status import MODE_NAMES, measured_speeds_text
+from engine import protocol as p
 from engine.hardware import physical_cores
 from engine.models.download import models_dir
 from engine.settings import MODES, AppSettings
 
+MODE_HELP = {
+    "auto": "Starts at once in plain decoding, measures every mode this model can run on this machine "
+    "while you read, and switches to the fastest (if it beats plain decoding by 3%).",
+    "vanilla": "One full forward pass per token: the reference speed and output.",
+    "eagle": "A small trained head drafts several tokens, the model checks them in one pass; output is "
+    "identical to plain decoding. Needs EAGLE weights for this model.",
+    "specee": "Stops each token's forward pass early once the next token is settled; fastest where it "
+    "pays, output may differ slightly. Needs EAGLE + SpecEE weights for this model.",
+    "ngram": "Drafts from what came earlier in the chat (no weights needed); identical output. Pays when "
+    "answers repeat or quote text.",
+    "draft": "A smaller installed model with the same tokenizer drafts; identical output.",
+}
+
+
+def _section(title: str) -> QLabel:
+    label = QLabel(title)
+    label.setStyleSheet("font-weight: 600; font-size: 14px; margin-top: 8px;")
+    return label
+
+
+def _para(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return label
+
+
+def engine_summary(loaded: p.Loaded | None, decided: p.AutoDecided | None) -> list[str]:
+    """Plain-words paragraphs about what the worker loaded and decided."""
+    if loaded is None:
+        return ["No model is loaded yet. The engine explains its plan here once it has loaded one."]
+    mode = decided.mode if decided else loaded.mode
+    reason = (decided.mode_reason if decided else loaded.mode_reason) or ""
+    out = [
+        f"Running {loaded.name or 'the model'} ({loaded.n_layer} layers) with {MODE_NAMES.get(mode, mode)}, "
+        f"{loaded.n_threads} threads and a context of {loaded.n_ctx} tokens"
+        + (f" (trained for {loaded.n_ctx_train})." if loaded.n_ctx_train else ".")
+    ]
+    if reason:
+        out.append(f"Why this mode: {reason}")
+    speeds = {**loaded.measured_tok_s, **(decided.measured_tok_s if decided else {})}
+    if speeds:
+        out.append(f"Measured on this machine: {measured_speeds_text(speeds)}.")
+    elif loaded.predicted_tok_s:
+        out.append(f"Predicted here: {measured_speeds_text(loaded.predicted_tok_s)}.")
+    if loaded.plan:
+        out.append(f"Placement: {loaded.plan}")
+    if loaded.trainable:
+        out.append("No acceleration weights are installed for this model: the training-free modes work now, "
+                   "and Train acceleration (in the header) trains EAGLE weights for it.")  # fmt: skip
+    if loaded.chat_format_note:
+        out.append(loaded.chat_format_note)
+    return out
+
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: AppSettings, engine_state: str = "", parent=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self,
+        settings: AppSettings,
+        loaded: p.Loaded | None = None,
+        decided: p.AutoDecided | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
+        self.resize(620, 640)
         self.mode = QComboBox()
-        self.mode.addItems(list(MODES))
+        for m in MODES:
+            self.mode.addItem(m, m)
         self.mode.setCurrentText(settings.mode)
         self.mode.setAccessibleName("Acceleration mode")
+        self.mode_help = _para("")
+        self.mode_help.setObjectName("hint")
+        self.mode.currentTextChanged.connect(lambda m: self.mode_help.setText(MODE_HELP.get(m, "")))
+        self.mode_help.setText(MODE_HELP.get(settings.mode, ""))
         self.threads = QSpinBox()
         self.threads.setRange(0, 256)
         self.threads.setSpecialValueText(f"automatic ({physical_cores()} physical cores)")
@@ -27,18 +108,51 @@ class SettingsDialog(QDialog):
         self.ctx.setSingleStep(1024)
         self.ctx.setValue(settings.n_ctx)
         self.ctx.setAccessibleName("Context length")
-        form = QFormLayout(self)
-        form.addRow("Acceleration", self.mode)
-        form.addRow("Threads", self.threads)
-        form.addRow("Context length (tokens)", self.ctx)
-        form.addRow("Model folder", QLabel(str(models_dir())))
-        state = QLabel(engine_state or "No model loaded yet.")
-        state.setWordWrap(True)
-        form.addRow("Engine", state)
+
+        page = QWidget()
+        col = QVBoxLayout(page)
+        col.setContentsMargins(20, 12, 20, 12)
+        col.addWidget(_section("What the engine runs now"))
+        self.engine_labels = [_para(text) for text in engine_summary(loaded, decided)]
+        for label in self.engine_labels:
+            col.addWidget(label)
+        line = QFrame()
+        line.setFrameShape(QFrame.Shape.HLine)
+        col.addWidget(line)
+        col.addWidget(_section("Acceleration"))
+        form = QFormLayout()
+        form.addRow("Mode", self.mode)
+        col.addLayout(form)
+        col.addWidget(self.mode_help)
+        col.addWidget(_section("Speed and memory"))
+        form2 = QFormLayout()
+        form2.addRow("Threads", self.threads)
+        form2.addRow("Context length (tokens)", self.ctx)
+        col.addLayout(form2)
+        col.addWidget(
+            _para(
+                "Threads: automatic uses the cores other programs leave free, checked twice a second. "
+                "Context: how much of the chat the model sees at once; longer costs memory, and the oldest "
+                "turns are dropped (with a notice) when a chat outgrows it."
+            )
+        )
+        col.addWidget(_section("Where things are"))
+        col.addWidget(_para(f"Models: {models_dir()}"))
+        col.addStretch()
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(page)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Apply and reload")
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
+        outer = QVBoxLayout(self)
+        outer.addWidget(scroll, 1)
+        outer.addWidget(buttons)
+
+    def plan_text(self) -> str:
+        return "\n\n".join(label.text() for label in self.engine_labels)
 
     def result_settings(self, base: AppSettings) -> AppSettings:
         return AppSettings(self.mode.currentText(), self.threads.value(), self.ctx.value(), base.last_model)

@@ -1,5 +1,6 @@
-"""Screenshots for the README: the main window (light and dark) with a streamed answer and the
-speed meter, and the model manager mid-download from a local hub server serving the real model.
+"""Screenshots for the README: the first-run pane, the main window (light and dark) with a streamed
+answer and the speed meter, the model switcher open, the settings page explaining the plan, and the
+model manager mid-download from a local hub server serving the real model.
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots]
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -36,26 +38,37 @@ def main() -> int:
         return 0
 
     tmp = Path(tempfile.mkdtemp(prefix="specee-shots-"))
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QPoint, Qt, QTimer
+    from PySide6.QtGui import QPainter
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
     from app.theme import apply_theme
     from engine import protocol as p
     from engine.chats.store import ConversationStore
-    from engine.models.default_model import ensure_default_model
+    from engine.cli import main as cli
+    from engine.models.default_model import default_model_path, ensure_default_model
 
-    model = ensure_default_model()
+    model = ensure_default_model()  # the user's copy, fetched once
+    # The screenshots' own data dir, never the user's: the default model linked in unregistered (so
+    # the first-run pane checks it, as on a first start) and a copy added as `specee models add` would.
+    os.environ["SPECEE_DATA_DIR"] = str(tmp / "data")
+    default_model_path().parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model, default_model_path())
+    shutil.copyfile(model, tmp / "my-notes-model.gguf")
+    cli(["models", "add", str(tmp / "my-notes-model.gguf")])
     app = QApplication(sys.argv)
+    app.setEffectEnabled(Qt.UIEffect.UI_AnimateCombo, False)  # the open switcher is grabbed at once
     apply_theme(app)
     store = ConversationStore(tmp / "chats.db")
     for title in ("Bread history", "Bike maintenance", "Haiku about rain"):
         c = store.create(title)
         store.append(c.id, "user", title)
-    w = MainWindow(model_path=model, sampling=p.Sampling.greedy(160), store=store)
+    w = MainWindow(sampling=p.Sampling.greedy(160), store=store)  # as on first run: no model chosen
     w.resize(1180, 760)
     w.show()
     w.start_engine()
+    QTimer.singleShot(300, lambda: w.grab().save(str(out / f"first-run-{args.theme}.png")))
     state = {"shot": False}
 
     def ask() -> None:
@@ -74,6 +87,20 @@ def main() -> int:
             QTimer.singleShot(50, wait)
             return
         w.grab().save(str(out / f"main-window-{args.theme}.png"))
+        settings = w.open_settings()
+        settings.resize(640, 700)
+        app.processEvents()
+        settings.grab().save(str(out / f"settings-{args.theme}.png"))
+        settings.close()
+        w.model_switch.showPopup()
+        app.processEvents()
+        popup = w.model_switch.view().window()
+        shot = w.grab()
+        painter = QPainter(shot)  # the popup is its own window: paint it where it opens
+        painter.drawPixmap(popup.pos() - w.mapToGlobal(QPoint(0, 0)), popup.grab())
+        painter.end()
+        shot.save(str(out / f"model-switcher-{args.theme}.png"))
+        w.model_switch.hidePopup()
         if args.theme == "light":
             manager()
         else:
@@ -86,7 +113,6 @@ def main() -> int:
         hub.add_repo("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", {"SmolLM2-135M-Instruct.Q4_1.gguf": model})
         hub.__enter__()
         os.environ["HF_ENDPOINT"] = hub.url
-        os.environ["SPECEE_DATA_DIR"] = str(tmp / "data")
         d = w.open_model_manager()
         d.resize(820, 520)
         d.search.setText("SmolLM2")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QPushButton
 
 from app.main_window import MainWindow
 from engine import protocol as p
@@ -282,3 +284,128 @@ def test_a_second_launch_brings_the_running_window_forward_and_exits(qtbot) -> N
         assert running.server is not None
         running.server.close()
     assert not SingleInstance().signal_running()  # nobody listens now
+
+
+# -- the redesigned window: cards, code blocks, header, settings, first run, themes ----------------
+
+CODE_ANSWER = "Here:\n\n```python\ndef is_prime(n):\n    return n > 1 and all(n % i for i in range(2, n))\n```\n\nDone."
+
+
+@pytest.fixture
+def idle_window(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The real window with no engine started: for what it shows, not what the worker does."""
+    from engine.chats.store import ConversationStore
+
+    win = MainWindow(model_path=tmp_path / "none.gguf", store=ConversationStore(tmp_path / "c.db"))
+    qtbot.addWidget(win)
+    win.resize(1000, 700)
+    win.show()
+    yield win
+    win.set_theme("light")
+    win.close()
+
+
+def test_code_blocks_have_a_copy_button_that_copies_exactly_the_code(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QApplication
+
+    idle_window.messages = [{"role": "user", "content": "prime?"}, {"role": "assistant", "content": CODE_ANSWER}]
+    idle_window._render()
+    blocks = idle_window.view.code_blocks()
+    assert len(blocks) == 1 and blocks[0].copy_button.isVisible()
+    QApplication.clipboard().setText("something else")
+    qtbot.mouseClick(blocks[0].copy_button, Qt.MouseButton.LeftButton)
+    assert QApplication.clipboard().text() == "def is_prime(n):\n    return n > 1 and all(n % i for i in range(2, n))\n"
+    assert blocks[0].copy_button.text() == "Copied"
+    html = blocks[0].text.text()
+    assert '<span style="color' in html and ">def</span>" in html  # highlighted by pygments
+    assert "Here:" in idle_window.transcript() and "Done." in idle_window.transcript()
+
+
+def test_cards_show_who_said_what_and_stream_in_place(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    idle_window.messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]
+    idle_window._render()
+    cards = idle_window.view.cards
+    assert [c.objectName() for c in cards] == ["card_user", "card_assistant"]
+    assert [c.role_label.text() for c in cards] == ["You", "Assistant"]
+
+    def fill(card) -> QColor:  # type: ignore[no-untyped-def]
+        return card.grab().toImage().pixelColor(card.width() // 2, 3)
+
+    assert fill(cards[0]) != fill(cards[1])  # the roles look different, not only read different
+    text_label = cards[1].widgets[0]
+    idle_window.messages[1]["content"] = "Hello there, a longer streamed answer"
+    idle_window._render()
+    # the streamed answer updates its own card in place: same cards, same text widget, new text
+    assert idle_window.view.cards == cards and cards[1].widgets[0] is text_label
+    assert "longer streamed answer" in text_label.text()
+    assert cards[0].width() <= 820 + 1  # a comfortable reading width, also in a wide window
+
+
+def test_switching_between_light_and_dark(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    from app import theme
+
+    idle_window.messages = [{"role": "assistant", "content": CODE_ANSWER}]
+    idle_window._render()
+    block = idle_window.view.code_blocks()[0]
+    light_code, light_bg = block.text.text(), idle_window.view.cards[0].grab().toImage().pixelColor(40, 4)
+    idle_window.set_theme("dark")
+    assert theme.current() is theme.DARK and theme.DARK.window in idle_window.styleSheet()
+    assert "palette(highlight)" in idle_window.styleSheet()  # the focus ring is kept
+    assert block.text.text() != light_code  # code colours follow the theme
+    dark_bg = idle_window.view.cards[0].grab().toImage().pixelColor(40, 4)
+    assert dark_bg.lightness() < light_bg.lightness()
+    idle_window.set_theme("light")
+    assert theme.current() is theme.LIGHT and block.text.text() == light_code
+
+
+def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QLabel
+
+    loaded = p.Loaded(
+        name="SmolLM2", n_layer=30, n_ctx=4096, n_threads=2, mode="vanilla", mode_reason="measuring the modes",
+        measured_tok_s={"vanilla": 40.0}, plan="all 30 layers on the CPU: no GPU found; predicted 41 tok/s",
+    )  # fmt: skip
+    idle_window.on_event(loaded)
+    assert "plain decoding" in idle_window.accel_badge.text() and "40.0 tok/s" in idle_window.accel_badge.text()
+    speeds = {"vanilla": 40.0, "ngram": 44.0}
+    idle_window.on_event(p.AutoDecided(mode="ngram", mode_reason="ngram 1.10x vanilla here", measured_tok_s=speeds))
+    assert "n-gram" in idle_window.accel_badge.text() and "44.0 tok/s" in idle_window.accel_badge.text()
+    assert idle_window.accel_badge.toolTip() == "ngram 1.10x vanilla here"
+    dialog = idle_window.open_settings()
+    shown = "\n".join(lbl.text() for lbl in dialog.findChildren(QLabel))
+    assert "Placement: all 30 layers on the CPU: no GPU found" in shown
+    assert "Why this mode: ngram 1.10x vanilla here" in shown and "n-gram drafting 44.0 tok/s (1.10x)" in shown
+    assert "4096 tokens" in shown and "2 threads" in shown
+    dialog.mode.setCurrentText("eagle")
+    assert "Needs EAGLE weights" in dialog.mode_help.text()  # each choice explained
+    dialog.close()
+
+
+def test_first_run_shows_a_welcome_pane_then_the_chat(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No model chosen yet (first run): a welcome pane with progress and no choices, then the chat."""
+    from engine.models.default_model import default_model_path
+
+    assert model_path == default_model_path()
+    win = MainWindow(sampling=p.Sampling.greedy(8))
+    qtbot.addWidget(win)
+    win.show()
+    win.start_engine()
+    assert win.pages.currentWidget() is win.welcome and win.welcome.bar.isVisible()
+    assert not [w for w in win.welcome.findChildren(QPushButton) if w.isVisible()]  # nothing to decide
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=120_000)
+    assert win.pages.currentWidget() is not win.welcome and win.view.isVisible()
+    assert win.model_switch.currentData() == str(model_path) and "default" in win.model_switch.currentText()
+    win.close()
+
+
+def test_errors_and_notices_get_their_own_cards(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """An error reads as an error (its own outlined card, title in bold, no stray Markdown marks)."""
+    idle_window.messages = [{"role": "user", "content": "Hi"}]
+    idle_window.on_event(p.Error(kind="bad_request", message="The request was not understood."))
+    card = idle_window.view.cards[-1]
+    assert card.objectName() == "card_error" and not card.role_label.isVisible()
+    shown = idle_window.transcript()
+    assert "The request was not understood." in shown and "**" not in shown
+    idle_window.chat.notices = ["The answer stopped at the 8-token limit. Continue writes more of it."]
+    idle_window._render()
+    assert idle_window.view.cards[-1].objectName() == "card_notice" and "8-token limit" in idle_window.transcript()

@@ -63,3 +63,25 @@ def test_a_model_without_a_template_gets_its_architectures_format_and_a_base_mod
     assert not looks_like_base_model("Llama 3.2 1B Instruct", has_template=False)
     assert not looks_like_base_model("gemma-2-2b-it", has_template=False)
     assert not looks_like_base_model("anything", has_template=True)
+
+
+def test_messages_split_into_prose_and_code_with_its_language() -> None:
+    from engine.chats.render import message_segments
+
+    segs = message_segments("Here:\n```python\ndef f(x):\n    return x\n```\nDone.\nBye.")
+    assert [(s.kind, s.language) for s in segs] == [("text", ""), ("code", "python"), ("text", "")]
+    assert segs[1].text == "def f(x):\n    return x\n"  # exactly the code: what Copy puts on the clipboard
+    assert segs[2].text == "Done.  \nBye."  # the hard-break rule holds in the cards too
+    streaming = message_segments("```js\nlet a = 1;")
+    assert [(s.kind, s.language, s.text) for s in streaming] == [("code", "js", "let a = 1;\n")]
+
+
+def test_code_is_highlighted_per_language_and_theme() -> None:
+    from engine.chats.render import highlight_code
+
+    light = highlight_code("def f():\n    return 1\n", "python", dark=False)
+    dark = highlight_code("def f():\n    return 1\n", "python", dark=True)
+    assert light.startswith("<pre") and '<span style="color' in light and ">def</span>" in light
+    assert light != dark  # each theme has its own colours
+    plain = highlight_code("just <text>", "no-such-language", dark=False)
+    assert "&lt;text&gt;" in plain  # unknown languages are shown as text, escaped

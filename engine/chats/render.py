@@ -1,9 +1,17 @@
-"""A conversation as Markdown for the chat view (Qt-free): role headings, the text itself, and a
-"Copy code" link after each fenced code block (the view maps copy:N links to code_blocks()[N])."""
+"""Chat messages for display (Qt-free): split into Markdown prose (line breaks kept) and fenced code
+blocks highlighted with pygments, for the window's message cards; and a whole conversation as
+Markdown with "Copy code" links (exports, plain views)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
+from pygments.lexers import TextLexer, get_lexer_by_name
+from pygments.util import ClassNotFound
 
 FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
 
@@ -40,6 +48,17 @@ def _keep_line_breaks(text: str) -> str:
     return "".join(out)
 
 
+def message_footer(m: dict) -> list[str]:
+    """The lines under an answer: its speed and mode, and whether it was interrupted."""
+    stats = m.get("stats") or {}
+    lines = []
+    if m["role"] == "assistant" and stats.get("decode_tok_s"):
+        lines.append(f"{stats['decode_tok_s']:.1f} tok/s · {stats.get('n_generated', 0)} tokens · {stats.get('mode', '')}")
+    if m["role"] == "assistant" and m.get("interrupted"):
+        lines.append("[interrupted: Continue or Regenerate]")
+    return lines
+
+
 def conversation_markdown(messages: list[dict]) -> tuple[str, list[str]]:
     """(markdown, code blocks in link order) for [{'role', 'content', 'stats'?}, ...]."""
     parts: list[str] = []
@@ -53,11 +72,56 @@ def conversation_markdown(messages: list[dict]) -> tuple[str, list[str]]:
         body, n2 = _with_copy_links(text, n)
         blocks += code_blocks(text)
         n = n2
-        stats = m.get("stats") or {}
-        footer = ""
-        if m["role"] == "assistant" and stats.get("decode_tok_s"):
-            footer = f"\n\n*{stats['decode_tok_s']:.1f} tok/s · {stats.get('n_generated', 0)} tokens · {stats.get('mode', '')}*"
-        if m["role"] == "assistant" and m.get("interrupted"):
-            footer += "\n\n*[interrupted: Continue or Regenerate]*"
+        footer = "".join(f"\n\n*{line}*" for line in message_footer(m))
         parts.append(f"**{role}**\n\n{body if body.strip() else '…'}{footer}")
     return "\n\n---\n\n".join(parts), blocks
+
+
+# -- the window's message cards ----------------------------------------------------------------------
+# A message is shown as a run of segments: Markdown prose and fenced code blocks, so the window can
+# give each code block its own highlighted frame and Copy button (copying exactly the block's code).
+
+
+@dataclass(frozen=True)
+class Segment:
+    kind: str  # "text" (Markdown, line breaks kept) or "code"
+    text: str  # the Markdown, or the code exactly as written (what Copy puts on the clipboard)
+    language: str = ""  # the fence's info string, for highlighting
+
+
+def message_segments(content: str) -> list[Segment]:
+    """A message split into prose and code blocks; an unterminated block (streaming, or cut at the
+    length limit) ends with the message."""
+    text = _close_open_fence(content)
+    out: list[Segment] = []
+    last = 0
+    for m in FENCE.finditer(text):
+        prose = text[last : m.start()].strip("\n")
+        if prose.strip():
+            out.append(Segment("text", _keep_line_breaks(prose)))
+        info = text[m.start() : text.index("\n", m.start())].lstrip("`~").strip()
+        out.append(Segment("code", m.group(2), info.split()[0] if info else ""))
+        last = m.end()
+    prose = text[last:].strip("\n")
+    if prose.strip():
+        out.append(Segment("text", _keep_line_breaks(prose)))
+    return out
+
+
+def highlight_code(code: str, language: str, dark: bool) -> str:
+    """The code as HTML with inline colours (Qt's rich text has no stylesheet classes), in a
+    <pre> so every space and line break stays."""
+    lexer = _lexer(code, language)
+    style = "github-dark" if dark else "friendly"
+    formatter = HtmlFormatter(style=style, noclasses=True, nowrap=True)
+    body = highlight(code.rstrip("\n"), lexer, formatter)
+    return f'<pre style="margin:0">{body}</pre>'
+
+
+def _lexer(code: str, language: str) -> Lexer:
+    try:
+        # no guessing for an unlabelled block: guess_lexer tries every lexer (slow while streaming)
+        # and often guesses wrong on a few lines
+        return get_lexer_by_name(language) if language else TextLexer()
+    except ClassNotFound:
+        return TextLexer()

@@ -1,0 +1,275 @@
+"""The conversation as message cards: who said it (avatar and name), the text as Markdown with its
+line breaks, code blocks highlighted with a Copy button each, and the answer's speed underneath.
+A streaming answer updates its own card in place (only the widgets whose text changed), and the
+reader's scroll position is kept unless they were following the end."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QFontDatabase, QTextBlockFormat, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.chats.render import Segment, highlight_code, message_footer, message_segments
+
+READING_WIDTH = 820  # px: a comfortable line length for prose; the column stays centred
+ROLES = {"user": ("You", "Y"), "assistant": ("Assistant", "A"), "system": ("System", "S")}
+
+
+def prose_html(md: str) -> str:
+    """Markdown as rich text with a reading line height (QLabel's Markdown mode has no way to set
+    one): parsed by Qt's own Markdown reader, every block given 125% line height."""
+    doc = QTextDocument()
+    doc.setMarkdown(md)
+    block = doc.begin()
+    while block.isValid():
+        fmt = block.blockFormat()
+        fmt.setLineHeight(125, QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
+        QTextCursor(block).setBlockFormat(fmt)
+        block = block.next()
+    return doc.toHtml()
+
+
+def _markdown_to_text(md: str) -> str:
+    doc = QTextDocument()
+    doc.setMarkdown(md)
+    return doc.toPlainText()
+
+
+class CodeBlock(QFrame):
+    """A highlighted code block with its language and a Copy button that copies exactly the code."""
+
+    def __init__(self, segment: Segment, dark: bool) -> None:
+        super().__init__()
+        self.setObjectName("codeBlock")
+        self.code = ""
+        self.language = ""
+        self.dark = dark
+        self.lang_label = QLabel()
+        self.lang_label.setObjectName("codeLang")
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setObjectName("codeCopy")
+        self.copy_button.setAccessibleName("Copy code")
+        self.copy_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.copy_button.clicked.connect(self.copy)
+        self.text = QLabel()
+        self.text.setObjectName("codeText")
+        self.text.setTextFormat(Qt.TextFormat.RichText)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.text.setWordWrap(True)  # long lines wrap (pre-wrap) instead of widening the card
+        self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.lang_label)
+        top.addStretch()
+        top.addWidget(self.copy_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 6, 8, 10)
+        layout.setSpacing(4)
+        layout.addLayout(top)
+        layout.addWidget(self.text)
+        self.set_segment(segment)
+
+    def set_segment(self, segment: Segment, dark: bool | None = None) -> None:
+        dark = self.dark if dark is None else dark
+        if (segment.text, segment.language, dark) == (self.code, self.language, self.dark) and self.text.text():
+            return
+        self.code, self.language, self.dark = segment.text, segment.language, dark
+        self.lang_label.setText(segment.language or "code")
+        html = highlight_code(segment.text, segment.language, dark)
+        self.text.setText(html.replace('<pre style="margin:0">', '<pre style="margin:0; white-space:pre-wrap">', 1))
+
+    def copy(self) -> None:
+        QApplication.clipboard().setText(self.code)
+        self.copy_button.setText("Copied")
+
+
+class MessageCard(QFrame):
+    """One message: avatar and role, then its segments, then a footer (speed, interrupted)."""
+
+    def __init__(self, role: str, dark: bool) -> None:
+        super().__init__()
+        self.role = role
+        self.dark = dark
+        self.content: str | None = None
+        self.footer_lines: list[str] = []
+        self.segments: list[Segment] = []
+        self.setObjectName(f"card_{role}" if role in ("user", "assistant", "error") else "card_notice")
+        name, letter = ROLES.get(role, (role.title(), role[:1].upper()))
+        avatar = QLabel(letter)
+        avatar.setObjectName(f"avatar_{role}")
+        avatar.setFixedSize(26, 26)
+        avatar.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.role_label = QLabel(name)
+        self.role_label.setObjectName("roleLabel")
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.setSpacing(8)
+        head.addWidget(avatar)
+        head.addWidget(self.role_label)
+        head.addStretch()
+        self.body = QVBoxLayout()
+        self.body.setContentsMargins(0 if role in ("notice", "error") else 34, 0, 0, 0)
+        self.body.setSpacing(8)
+        self.footer = QLabel()
+        self.footer.setObjectName("cardFooter")
+        self.footer.setVisible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 12, 16, 12)
+        layout.setSpacing(6)
+        layout.addLayout(head)
+        if role in ("notice", "error"):  # the engine speaking (limits, errors): text only, no avatar
+            avatar.hide()
+            self.role_label.hide()
+        layout.addLayout(self.body)
+        layout.addWidget(self.footer)
+        self.widgets: list[QWidget] = []
+
+    def set_message(self, content: str, footer: list[str]) -> None:
+        if content != self.content:
+            self.content = content
+            self._set_segments(message_segments(content) or [Segment("text", "…")])
+        if footer != self.footer_lines:
+            self.footer_lines = footer
+            self.footer.setText("   ·   ".join(footer))
+            self.footer.setVisible(bool(footer))
+
+    def set_dark(self, dark: bool) -> None:
+        self.dark = dark
+        for seg, w in zip(self.segments, self.widgets, strict=True):
+            if isinstance(w, CodeBlock):
+                w.set_segment(seg, dark)
+
+    def _set_segments(self, segments: list[Segment]) -> None:
+        same_shape = [s.kind for s in segments] == [s.kind for s in self.segments]
+        if not same_shape:  # a new block began: rebuild this card's body (only this card)
+            for w in self.widgets:
+                self.body.removeWidget(w)
+                w.deleteLater()
+            self.widgets = [self._widget(s) for s in segments]
+            for w in self.widgets:
+                self.body.addWidget(w)
+                w.show()
+        else:  # streaming: the same blocks, longer; update the texts in place
+            for seg, old, w in zip(segments, self.segments, self.widgets, strict=True):
+                if seg != old:
+                    if isinstance(w, CodeBlock):
+                        w.set_segment(seg)
+                    else:
+                        assert isinstance(w, QLabel)
+                        w.setText(prose_html(seg.text))
+        self.segments = segments
+
+    def _widget(self, seg: Segment) -> QWidget:
+        if seg.kind == "code":
+            return CodeBlock(seg, self.dark)
+        label = QLabel(prose_html(seg.text))
+        label.setObjectName("messageText")
+        label.setTextFormat(Qt.TextFormat.RichText)
+        label.setWordWrap(True)
+        label.setOpenExternalLinks(True)
+        label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
+        )
+        label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        return label
+
+    def plain_text(self) -> str:
+        parts = [] if self.role in ("notice", "error") else [self.role_label.text()]
+        for seg in self.segments:
+            parts.append(seg.text.rstrip("\n") if seg.kind == "code" else _markdown_to_text(seg.text))
+        parts += self.footer_lines
+        return "\n".join(parts)
+
+    def code_blocks(self) -> list[CodeBlock]:
+        return [w for w in self.widgets if isinstance(w, CodeBlock)]
+
+
+class ChatView(QScrollArea):
+    """The scrolling column of message cards (and notices, or a hint when the chat is empty)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatScroll")
+        self.setAccessibleName("Conversation")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.dark = False
+        self.cards: list[MessageCard] = []
+        canvas = QWidget()
+        canvas.setObjectName("chatCanvas")
+        self.column = QVBoxLayout()
+        self.column.setContentsMargins(0, 18, 0, 18)
+        self.column.setSpacing(12)
+        self.hint = QLabel()
+        self.hint.setObjectName("hint")
+        self.hint.setWordWrap(True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.column.addWidget(self.hint)
+        self.column.addStretch(1)
+        column_widget = QWidget()
+        column_widget.setLayout(self.column)
+        column_widget.setMaximumWidth(READING_WIDTH)
+        outer = QHBoxLayout(canvas)
+        outer.setContentsMargins(20, 0, 20, 0)
+        outer.addStretch(1)  # the margins take what the column (at most READING_WIDTH) leaves
+        outer.addWidget(column_widget, 100)
+        outer.addStretch(1)
+        self.setWidget(canvas)
+
+    def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "") -> None:
+        """Cards for messages (then notices); cards whose text did not change are left alone."""
+        bar = self.verticalScrollBar()
+        at_end, where = bar.value() >= bar.maximum() - 4, bar.value()
+        items = [(m["role"], m["content"], message_footer(m)) for m in messages]
+        # the engine's words after the chat: an error ("**Title:** what to do") or a notice
+        items += [("error" if n.startswith("**") else "notice", n, []) for n in notices]
+        for i, (role, content, footer) in enumerate(items):
+            if i < len(self.cards) and self.cards[i].role != role:
+                self._drop_cards_from(i)
+            if i == len(self.cards):
+                card = MessageCard(role, self.dark)
+                self.cards.append(card)
+                self.column.insertWidget(self.column.count() - 1, card)
+                card.show()  # now, not at the next event loop turn: the layout counts only shown widgets
+            self.cards[i].set_message(content, footer)
+        self._drop_cards_from(len(items))
+        self.hint.setText(hint if not items else "")
+        self.hint.setVisible(not items and bool(hint))
+        self._settle()
+        bar.setValue(bar.maximum() if at_end else where)  # follow the answer, or stay where the reader is
+
+    def set_dark(self, dark: bool) -> None:
+        self.dark = dark
+        for card in self.cards:
+            card.set_dark(dark)
+
+    def _drop_cards_from(self, i: int) -> None:
+        for card in self.cards[i:]:
+            self.column.removeWidget(card)
+            card.deleteLater()
+        del self.cards[i:]
+
+    def _settle(self) -> None:
+        """Lay the cards out now, so the scroll range is current when the position is restored."""
+        QApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        QApplication.sendEvent(self, QEvent(QEvent.Type.LayoutRequest))  # the scroll range follows now
+
+    def code_blocks(self) -> list[CodeBlock]:
+        return [b for card in self.cards for b in card.code_blocks()]
+
+    def toPlainText(self) -> str:
+        parts = [card.plain_text() for card in self.cards]
+        if not self.cards and self.hint.text():
+            parts.append(self.hint.text())
+        return "\n\n".join(parts)

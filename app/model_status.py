@@ -1,0 +1,62 @@
+"""What the header says about a model's acceleration: which weights are installed for it, the mode
+the engine runs and the speeds it measured. Kept in one place so the wording follows the worker's
+Loaded/AutoDecided fields as they grow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine import protocol as p
+from engine.models.acceleration import find_pack
+from engine.models.registry import ModelRecord
+
+MODE_NAMES = {
+    "vanilla": "plain decoding",
+    "eagle": "EAGLE drafting",
+    "specee": "SpecEE early exit",
+    "ngram": "n-gram drafting",
+    "draft": "draft-model drafting",
+    "auto": "auto",
+}
+
+
+def installed_weights(record: ModelRecord) -> str:
+    """The acceleration this exact model has weights for (by its registered sha256), in a few words:
+    "EAGLE + SpecEE", "EAGLE", or "training-free modes" (ngram, draft) when none are installed."""
+    try:
+        pack = find_pack(Path(record.path))
+    except OSError:
+        pack = None
+    if pack is None or pack.eagle_head is None:
+        return "training-free modes"
+    if pack.exit_predictors is not None:
+        return "EAGLE + SpecEE"
+    return "EAGLE" if pack.eagle_measured else "EAGLE (not measured yet)"
+
+
+def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = None, requested: str = "") -> tuple[str, str]:
+    """(badge, tooltip) for the loaded model: the mode running now and its measured speed, and why.
+    requested: the mode the app asked for ("auto" measures in the background until AutoDecided)."""
+    if loaded is None:
+        return "", ""
+    mode = decided.mode if decided else loaded.mode
+    reason = (decided.mode_reason if decided else loaded.mode_reason) or f"acceleration: {mode}"
+    speeds = dict(loaded.measured_tok_s)
+    if decided:
+        speeds.update(decided.measured_tok_s)
+    badge = MODE_NAMES.get(mode, mode)
+    if speeds.get(mode):
+        badge += f" · {speeds[mode]:.1f} tok/s measured"
+    elif requested == "auto" and decided is None:
+        badge += " · auto: measuring"
+    return badge, reason
+
+
+def measured_speeds_text(speeds: dict[str, float]) -> str:
+    """'vanilla 41.2 tok/s, ngram 43.0 tok/s (1.04x)' in the order measured."""
+    base = speeds.get("vanilla", 0.0)
+    parts = []
+    for mode, tok_s in speeds.items():
+        rel = f" ({tok_s / base:.2f}x)" if base and mode != "vanilla" else ""
+        parts.append(f"{MODE_NAMES.get(mode, mode)} {tok_s:.1f} tok/s{rel}")
+    return ", ".join(parts)
