@@ -306,7 +306,7 @@ class MainWindow(QMainWindow):
             resolver.progress.connect(self.welcome.set_step)
             resolver.resolved.connect(lambda path: self.welcome.set_step("Loading the model"))
             resolver.resolved.connect(self._load)
-            resolver.failed.connect(lambda msg: self._show_error("model", msg))
+            resolver.failed.connect(lambda msg: self._show_error(p.ErrorKind.MODEL_FILE, msg))
             resolver.run()
 
     def refresh_models(self) -> None:
@@ -608,7 +608,7 @@ class MainWindow(QMainWindow):
         if kind == "worker_died":
             self.model_loaded = False
             self.restart_button.setVisible(True)
-        if kind in ("model_file", "load_failed", "model") and self._is_default_model(self.model_path):
+        if kind in (p.ErrorKind.MODEL_FILE, p.ErrorKind.LOAD_FAILED) and self._is_default_model(self.model_path):
             self.repair_button.setVisible(True)  # "download it again" with a button that does it
         self._set_busy(False)
         self._render()
@@ -619,7 +619,7 @@ class MainWindow(QMainWindow):
         self.view.show_conversation(self.messages, self.notices, EMPTY_HINT)
 
     def _show_acceleration(self) -> None:
-        badge, why = acceleration_state(self.loaded, self.decided, self.settings.mode)
+        badge, why = acceleration_state(self.loaded, self.decided)
         self.accel_badge.setText(badge)
         self.accel_badge.setToolTip(why)
 

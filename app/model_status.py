@@ -4,10 +4,8 @@ Loaded/AutoDecided fields as they grow."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from engine import protocol as p
-from engine.models.acceleration import find_pack
+from engine.models.acceleration import find_pack_for_sha256
 from engine.models.registry import ModelRecord
 
 MODE_NAMES = {
@@ -21,12 +19,10 @@ MODE_NAMES = {
 
 
 def installed_weights(record: ModelRecord) -> str:
-    """The acceleration this exact model has weights for (by its registered sha256), in a few words:
-    "EAGLE + SpecEE", "EAGLE", or "training-free modes" (ngram, draft) when none are installed."""
-    try:
-        pack = find_pack(Path(record.path))
-    except OSError:
-        pack = None
+    """The acceleration this exact model has weights for (by its registered sha256: the window never
+    hashes a model), in a few words: "EAGLE + SpecEE", "EAGLE", or "training-free modes" (ngram,
+    draft) when none are installed. The loaded model's own state comes from the worker (Loaded.acceleration)."""
+    pack = find_pack_for_sha256(record.sha256) if record.sha256 else None
     if pack is None or pack.eagle_head is None:
         return "training-free modes"
     if pack.exit_predictors is not None:
@@ -34,9 +30,9 @@ def installed_weights(record: ModelRecord) -> str:
     return "EAGLE" if pack.eagle_measured else "EAGLE (not measured yet)"
 
 
-def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = None, requested: str = "") -> tuple[str, str]:
-    """(badge, tooltip) for the loaded model: the mode running now and its measured speed, and why.
-    requested: the mode the app asked for ("auto" measures in the background until AutoDecided)."""
+def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = None) -> tuple[str, str]:
+    """(badge, tooltip) for the loaded model, from the worker's flags: the mode running now and its
+    measured speed, whether auto is still measuring, the modes it can run here, and why."""
     if loaded is None:
         return "", ""
     mode = decided.mode if decided else loaded.mode
@@ -47,8 +43,11 @@ def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = 
     badge = MODE_NAMES.get(mode, mode)
     if speeds.get(mode):
         badge += f" · {speeds[mode]:.1f} tok/s measured"
-    elif requested == "auto" and decided is None:
+    elif loaded.measuring and decided is None:
         badge += " · auto: measuring"
+    modes = [MODE_NAMES.get(m, m) for m in loaded.acceleration.modes]
+    if modes:
+        reason += f"\nThis model can run here: {', '.join(modes)}."
     return badge, reason
 
 

@@ -21,7 +21,7 @@ from app.model_status import MODE_NAMES, measured_speeds_text
 from engine import protocol as p
 from engine.hardware import physical_cores
 from engine.models.download import models_dir
-from engine.settings import MODES, AppSettings
+from engine.settings import MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, AppSettings
 
 MODE_HELP = {
     "auto": "Starts at once in plain decoding, measures every mode this model can run on this machine "
@@ -99,12 +99,12 @@ class SettingsDialog(QDialog):
         self.mode.currentTextChanged.connect(lambda m: self.mode_help.setText(MODE_HELP.get(m, "")))
         self.mode_help.setText(MODE_HELP.get(settings.mode, ""))
         self.threads = QSpinBox()
-        self.threads.setRange(0, 256)
+        self.threads.setRange(0, N_THREADS_MAX)
         self.threads.setSpecialValueText(f"automatic ({physical_cores()} physical cores)")
         self.threads.setValue(settings.n_threads)
         self.threads.setAccessibleName("Threads")
         self.ctx = QSpinBox()
-        self.ctx.setRange(256, 131072)
+        self.ctx.setRange(N_CTX_MIN, N_CTX_MAX)
         self.ctx.setSingleStep(1024)
         self.ctx.setValue(settings.n_ctx)
         self.ctx.setAccessibleName("Context length")

@@ -365,6 +365,7 @@ class Loaded(Message):
     predicted_tok_s: dict[str, float] = field(default_factory=dict)  # the planner's decode speed here, per mode
     trainable: bool = False  # no EAGLE head is installed for this model, and our trainers support its architecture
     acceleration: Acceleration = field(default_factory=Acceleration)
+    measuring: bool = False  # auto runs vanilla while it measures the other modes; AutoDecided ends it
     chat_format_note: str = ""  # set when the file has no chat template (and when it looks like a base model)
 
 

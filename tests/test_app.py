@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -409,3 +410,21 @@ def test_errors_and_notices_get_their_own_cards(qtbot, idle_window: MainWindow) 
     idle_window.chat.notices = ["The answer stopped at the 8-token limit. Continue writes more of it."]
     idle_window._render()
     assert idle_window.view.cards[-1].objectName() == "card_notice" and "8-token limit" in idle_window.transcript()
+
+
+def test_the_header_reads_the_workers_flags_never_its_reason_text() -> None:
+    """Measuring, the runnable modes and the installed weights come from Loaded's flags and the
+    registry's hash: nothing is parsed from mode_reason, and the window never hashes a model file."""
+    from app.model_status import acceleration_state, installed_weights
+    from engine.models.registry import ModelRecord
+
+    flags = p.Acceleration(architecture_supported=True, eagle_head=True, modes=["vanilla", "ngram", "eagle"])
+    loaded = p.Loaded(mode="vanilla", mode_reason="whatever the worker says", measuring=True, acceleration=flags)
+    badge, why = acceleration_state(loaded)
+    assert badge == "plain decoding · auto: measuring"
+    assert why.startswith("whatever the worker says") and "plain decoding, n-gram drafting, EAGLE drafting" in why
+    assert "measuring" not in acceleration_state(replace(loaded, measuring=False))[0]
+    decided = p.AutoDecided(mode="ngram", mode_reason="ngram 1.10x", measured_tok_s={"vanilla": 40.0, "ngram": 44.0})
+    assert acceleration_state(loaded, decided)[0] == "n-gram drafting · 44.0 tok/s measured"
+    missing = ModelRecord(id="x", path="/nonexistent/x.gguf", sha256="0" * 64, size=1, source="file")
+    assert installed_weights(missing) == "training-free modes"  # looked up by hash: the absent file is never read

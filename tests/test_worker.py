@@ -247,3 +247,9 @@ def test_loaded_carries_the_models_acceleration_as_flags(worker: WorkerClient, m
     assert acc.modes[0] is p.Mode.VANILLA and {"ngram", "eagle", "specee"} <= set(acc.modes)
     assert not loaded.trainable
     assert ("draft" in acc.modes) == bool(acc.draft_model)
+    assert not loaded.measuring
+    # auto answers in vanilla at once and says it is measuring, unless a decision for this machine was cached
+    auto = worker.load_intent(p.Load(str(model_path), p.Placement(n_ctx=1024), mode="auto"))
+    assert auto.measuring != bool(auto.measured_tok_s)
+    assert not auto.measuring or auto.mode is p.Mode.VANILLA
+    worker.load_intent(p.Load(str(model_path), p.Placement(n_ctx=1024)))  # no background measuring for later tests

@@ -80,7 +80,11 @@ def model_sha256(path: Path) -> str:
 
 
 def find_pack(model_path: Path) -> AccelerationPack | None:
-    sha = model_sha256(model_path)
+    return find_pack_for_sha256(model_sha256(model_path))
+
+
+def find_pack_for_sha256(sha: str) -> AccelerationPack | None:
+    """The installed weights trained for the model file with this hash (no file is read but manifests)."""
     for root in search_dirs():
         for manifest_path in sorted(root.glob("*/manifest.json")):
             try:

@@ -115,6 +115,7 @@ class Session:
             chat_format_note=self._chat_format_note(info),
             trainable=acceleration.architecture_supported and not acceleration.eagle_head,
             acceleration=acceleration,
+            measuring=self._auto is not None,
         )
 
     def _make_decoder(self, load: p.Load, makers: dict, why_not: dict[str, tuple[p.ErrorKind, str]]) -> tuple[p.Mode, Decoder]:
@@ -230,6 +231,7 @@ class Session:
         self.measured = speeds
         self.mode_reason = auto.explain(speeds, mode, cal.failed)
         self.loaded.mode, self.loaded.mode_reason, self.loaded.measured_tok_s = mode, self.mode_reason, speeds
+        self.loaded.measuring = False
         return p.AutoDecided(mode=mode, mode_reason=self.mode_reason, measured_tok_s=speeds)
 
     def _eagle_decoder(self, load: p.Load, pack, head: Path) -> EagleDecoder:  # type: ignore[no-untyped-def]
