@@ -34,6 +34,7 @@ from app.chat_view import ChatView
 from app.header import HeaderBar
 from app.model_manager import ModelManager
 from app.model_status import acceleration_state, installed_weights
+from app.serve_switch import ServeSwitch
 from app.settings_dialog import SettingsDialog
 from app.sidebar import ConversationSidebar
 from app.speed_meter import SpeedMeter
@@ -156,7 +157,12 @@ class MainWindow(QMainWindow):
         self.restart_button = self._button("Restart engine", "danger")
         self.restart_button.setVisible(False)
 
-        for b in (self.repair_button, self.restart_button, self.train_button):
+        self.serve_switch = ServeSwitch(lambda: (self.model_path, self.settings.mode))
+        # the status bar, not the chat: a server that fails to start must not interrupt an answer
+        self.serve_switch.failed.connect(
+            lambda why: (self.state_label.setText(why.splitlines()[0]), self.state_label.setToolTip(why))
+        )
+        for b in (self.repair_button, self.restart_button, self.train_button, self.serve_switch):
             self.header.add_action(b)
         # the app's places, under the conversations (the header keeps the model and its actions)
         for b in (self.models_button, self.settings_button, self.about_button):
@@ -349,6 +355,7 @@ class MainWindow(QMainWindow):
         s = self.settings
         # layout "auto": the worker plans where the layers go and says why in Loaded.plan
         self.bridge.send(p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode))
+        self.serve_switch.restart()  # if serving: the API serves the model the window uses
 
     def open_model_manager(self) -> ModelManager:
         dialog = ModelManager(self)
@@ -402,6 +409,7 @@ class MainWindow(QMainWindow):
         if self.request_id and self.chat.answer_msg_id:
             self.store.update_message(self.chat.answer_msg_id, self.answer, complete=False)
         self.bridge.shutdown()
+        self.serve_switch.shutdown(wait=True)
         super().closeEvent(event)
 
     # -- conversations --------------------------------------------------------------------------------
@@ -596,6 +604,11 @@ class MainWindow(QMainWindow):
     @staticmethod
     def _is_default_model(path: str | None) -> bool:
         return path is None or Path(path) == default_model_path()
+
+    def _on_serve_failed(self, why: str) -> None:
+        # the status bar, not the chat: a server that fails to start must not interrupt an answer
+        self.state_label.setText(why.splitlines()[0])
+        self.state_label.setToolTip(why)
 
     def _show_error(self, kind: str, message: str) -> None:
         self.chat.fail(kind, message)

@@ -460,8 +460,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     placement = p.Placement(n_ctx=args.ctx, n_threads=args.threads)
     placement.validate()
     return serve(
-        model, model_id, args.mode, placement, args.host, args.port, api_key, args.allow_remote, args.max_queue, args.verbose
-    )
+        model, model_id, args.mode, placement, args.host, args.port, api_key, args.allow_remote, args.max_queue, args.verbose,
+        args.exit_with_stdin,
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -557,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, default=0)
     serve.add_argument("--max-queue", type=int, default=32, help="requests that may wait for their turn (more get 429)")
     serve.add_argument("--verbose", action="store_true", help="log every request")
+    serve.add_argument("--exit-with-stdin", action="store_true", help="stop when standard input closes (a launcher's child)")
     serve.set_defaults(func=cmd_serve)
 
     doctor = sub.add_parser("doctor", help="print hardware, native build and model status")

@@ -428,3 +428,29 @@ def test_the_header_reads_the_workers_flags_never_its_reason_text() -> None:
     assert acceleration_state(loaded, decided)[0] == "n-gram drafting · 44.0 tok/s measured"
     missing = ModelRecord(id="x", path="/nonexistent/x.gguf", sha256="0" * 64, size=1, source="file")
     assert installed_weights(missing) == "training-free modes"  # looked up by hash: the absent file is never read
+
+
+def test_the_serve_switch_serves_the_windows_model_and_shows_its_address(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """Serve API: an OpenAI-compatible server with the model the window uses, on 127.0.0.1, its
+    address shown (click: copied); switched off, the server is gone."""
+    import json
+    import urllib.request
+
+    from PySide6.QtGui import QGuiApplication
+
+    switch = window.serve_switch
+    assert switch.isVisible() and not switch.address.isVisible()
+    switch.toggle.click()
+    qtbot.waitUntil(lambda: switch.serving, timeout=120_000)
+    base = switch.base_url
+    assert base.startswith("http://127.0.0.1:") and base.endswith("/v1") and switch.address.text() == base
+    with urllib.request.urlopen(f"{base}/models", timeout=30) as r:
+        models = json.load(r)["data"]
+    assert [m["id"] for m in models] == [Path(window.model_path).stem]
+    switch.address.click()
+    assert QGuiApplication.clipboard().text() == base
+    server = switch.server
+    assert server is not None
+    switch.toggle.click()
+    assert not switch.serving and not switch.address.isVisible() and switch.toggle.text() == "Serve API"
+    qtbot.waitUntil(lambda: not server.alive, timeout=30_000)

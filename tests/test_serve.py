@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -315,3 +316,37 @@ def test_worker_death_is_503_then_the_next_request_works(served: ServerProcess) 
                 pid = 0
     assert ask(served, "Say hi.", max_tokens=4).choices[0].message.content
     assert served.health()["restarts"] == 1
+
+
+def test_a_launched_server_never_outlives_its_launcher(model_path: Path, tmp_path: Path) -> None:
+    """The app starts `specee serve` for its Serve switch; when the app dies, even by kill -9, the
+    server (and its engine) stop too instead of holding the port and the model's memory."""
+    script = (
+        "import sys\n"
+        "from engine.serve.launcher import ServerProcess\n"
+        f"s = ServerProcess(model={str(model_path)!r}, mode='vanilla')\n"
+        "s.start(timeout=180)\n"
+        "print(s.pid, s.port, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = launcher.stdout.readline() if launcher.stdout else ""
+        server_pid, port = map(int, line.split())
+        assert http.client.HTTPConnection("127.0.0.1", port, timeout=10) and _alive(server_pid)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while _alive(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(server_pid), "the server outlived the process that started it"
+    finally:
+        launcher.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"  # a zombie has exited (its parent, gone, never reaped it)
+    except FileNotFoundError:
+        return False

@@ -97,7 +97,8 @@ class ServerProcess:
         self.stop()
         if not self.port:
             self.port = free_port(self.host)
-        cmd = [*serve_command(), "--host", self.host, "--port", str(self.port), "--mode", self.mode, *self.extra_args]
+        cmd = [*serve_command(), "--host", self.host, "--port", str(self.port), "--mode", self.mode, "--exit-with-stdin"]
+        cmd += self.extra_args
         if self.model:
             cmd += ["--model", str(self.model)]
         if self.allow_remote:
@@ -112,7 +113,14 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._tail.clear()
         self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+            # stdin: a pipe we never write to; it closes when this process ends, however it ends, and the
+            # server then stops (--exit-with-stdin), so it never outlives the app that started it
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         Thread(target=self._log_stderr, args=(self._proc,), name="serve-log", daemon=True).start()
         deadline = time.monotonic() + timeout
@@ -145,6 +153,8 @@ class ServerProcess:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
+        if proc.stdin:
+            proc.stdin.close()
         proc.terminate()
         try:
             proc.wait(timeout=timeout)

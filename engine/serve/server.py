@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 from pathlib import Path
 
 import uvicorn
@@ -17,7 +19,8 @@ DEFAULT_PORT = 8080
 
 
 def log(msg: str) -> None:
-    print(f"[specee serve] {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # a launcher that died took the reading end of our stderr with it
+        print(f"[specee serve] {msg}", file=sys.stderr, flush=True)
 
 
 def example_curl(url: str, model_id: str, keyed: bool) -> str:
@@ -37,7 +40,10 @@ def serve(
     allow_remote: bool = False,
     max_queue: int = 32,
     verbose: bool = False,
+    exit_with_stdin: bool = False,
 ) -> int:
+    """exit_with_stdin: stop when standard input closes, i.e. when the process that started us is
+    gone, even by kill -9 (engine/serve/launcher.py): a launched server never outlives its launcher."""
     problem = bind_problem(host, allow_remote, api_key)
     if problem:
         log(problem)
@@ -56,5 +62,15 @@ def serve(
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    if exit_with_stdin:
+
+        def watch() -> None:
+            while sys.stdin.buffer.read(4096):
+                pass
+            server.should_exit = True
+            log("the app that started this server is gone: stopping")
+
+        threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
+    server.run()
     return 0
