@@ -49,6 +49,7 @@ class ServeSwitch(QWidget):
         self.address.setFlat(True)
         self.address.setVisible(False)
         self.address.setToolTip("Copy the API's base URL")
+        self.address.setAccessibleName("API address (click to copy)")
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(4)
