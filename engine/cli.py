@@ -170,7 +170,7 @@ def _remote_engine(name: str, model: str | None) -> tuple[RemoteClient, Callable
 
 def cmd_endpoints(args: argparse.Namespace) -> int:
     """`specee endpoints add|list|remove`: remote OpenAI-compatible servers (keys in the OS keyring)."""
-    from engine.remote.endpoints import Endpoint, EndpointError, EndpointRegistry, api_key_source, store_api_key
+    from engine.remote.endpoints import API_KEY_ENV, Endpoint, EndpointError, EndpointRegistry, api_key_source, store_api_key
 
     registry = EndpointRegistry()
     try:
@@ -184,9 +184,12 @@ def cmd_endpoints(args: argparse.Namespace) -> int:
                 return 2
             endpoint = registry.add(Endpoint(args.name, args.url, args.model or ""))
             print(f"added {endpoint.name}: {endpoint.base_url}")
-            if key:
-                why = store_api_key(endpoint.name, key)
-                print(f"[specee] {why}" if why else "API key saved in the OS keyring", file=sys.stderr if why else sys.stdout)
+            why = store_api_key(endpoint.name, key) if key else ""
+            if why:
+                print(f"[specee] the API key was NOT saved: {why}. Give it when you chat: "
+                      f"{API_KEY_ENV}=... specee chat --endpoint {endpoint.name}", file=sys.stderr)  # fmt: skip
+            elif key:
+                print("API key saved in the OS keyring")
             _print_models(endpoint, api_key_source(endpoint.name)[0])
             return 0
         if args.action == "remove":

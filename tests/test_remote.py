@@ -307,8 +307,7 @@ def test_endpoints_are_kept_without_their_key_which_goes_to_the_keyring(
 def test_without_a_keyring_the_key_stays_in_this_process_and_the_env_can_give_one(
     isolated_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    why = store_api_key("box", "sk-1")
-    assert "no OS keyring" in why and endpoints.API_KEY_ENV in why
+    assert "no OS keyring" in store_api_key("box", "sk-1")
     assert api_key("box") == "sk-1" and api_key("other") is None
     monkeypatch.setenv(endpoints.API_KEY_ENV, "sk-env")
     assert api_key("other") == "sk-env" and api_key("box") == "sk-1"
@@ -435,6 +434,12 @@ def test_a_second_request_while_streaming_is_refused_as_busy(tmp_path: Path) -> 
 def test_cli_adds_lists_and_removes_endpoints(
     isolated_data: Path, memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("sk-2\n"))
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+    assert cli(["endpoints", "add", "headless", "http://127.0.0.1:1", "--api-key-stdin"]) == 0
+    err = capsys.readouterr().err
+    assert "NOT saved: no OS keyring" in err and "SPECEE_API_KEY=... specee chat --endpoint headless" in err
+    keyring.set_keyring(memory_keyring)
     with scripted_server(lambda write, over: None) as url:
         monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("sk-from-stdin\n"))
         assert cli(["endpoints", "add", "stub", url, "--api-key-stdin", "--model", "stub-model"]) == 0

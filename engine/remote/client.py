@@ -9,6 +9,7 @@ checks the model against GET {base}/models and answers Loaded (mode "remote", na
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ class RemoteClient(EngineClient):
     def start(self, timeout: float = 60.0) -> p.Ready:
         """Ready at once: nothing is contacted until a Load or Generate (their errors say why)."""
         self.stop()
+        self._events = queue.Queue()  # nothing of an earlier run is read as this one's
         self._http = new_http_client(self._api_key, self.timeouts)
         ready = p.Ready(pid=0, native={"remote": self.endpoint.base_url})
         self.ready = ready

@@ -124,17 +124,12 @@ class EndpointRegistry:
 _process_keys: dict[str, str] = {}
 
 
-def no_keyring_reason() -> str:
-    return (
-        "no OS keyring is available here (on Linux: a Secret Service such as GNOME Keyring or KWallet, "
-        "reached over D-Bus), so the API key is not saved; it is kept for this session only. "
-        f"To give it to a later session, set {API_KEY_ENV}"
-    )
+NO_KEYRING = "no OS keyring is available here (on Linux: a Secret Service such as GNOME Keyring or KWallet, over D-Bus)"
 
 
 def store_api_key(name: str, key: str) -> str:
-    """Save the key in the OS keyring; returns '' or, when it could not be saved, why (the key is
-    then kept for this process only)."""
+    """Save the key in the OS keyring. Returns '' or why it could not be saved: the key is then kept
+    for this process only (the caller says so; SPECEE_API_KEY gives it to later ones)."""
     key = key.strip()
     if not key:
         forget_api_key(name)
@@ -145,10 +140,10 @@ def store_api_key(name: str, key: str) -> str:
         return ""
     except keyring.errors.NoKeyringError:
         _process_keys[name] = key
-        return no_keyring_reason()
+        return NO_KEYRING
     except keyring.errors.KeyringError as exc:  # locked, refused, D-Bus trouble
         _process_keys[name] = key
-        return f"the OS keyring refused the key ({exc or type(exc).__name__}), so it is kept for this session only"
+        return f"the OS keyring refused the key ({exc or type(exc).__name__})"
 
 
 def api_key(name: str) -> str | None:
