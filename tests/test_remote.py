@@ -33,7 +33,7 @@ from engine.cli import main as cli
 from engine.client import WorkerError
 from engine.paths import REPO_ROOT
 from engine.remote import endpoints
-from engine.remote.client import RemoteClient
+from engine.remote.client import RemoteClient, display_model
 from engine.remote.endpoints import Endpoint, EndpointError, EndpointRegistry, api_key, normalise_base_url, store_api_key
 from engine.remote.openai_api import Timeouts, list_models
 
@@ -256,7 +256,7 @@ def check_chat_roundtrip(base_url: str, tmp_path: Path) -> None:
         assert chat.messages[-1]["content"] == done.text and chat.messages[-1]["stats"]["decode_tok_s"] > 0
         stored = chat.store.get(chat.conv_id).messages  # type: ignore[union-attr]
         assert stored[-1].content == done.text and stored[-1].complete
-        assert stored[-1].engine == f"remote:local-test/{client.model}" == chat.engine
+        assert stored[-1].engine == f"remote:local-test/{display_model(client.model)}" == chat.engine
 
         chat.sampling = p.Sampling.greedy(4)
         events = ask(chat, client, chat.send("Count from one to twenty in words."))
@@ -270,6 +270,12 @@ def check_chat_roundtrip(base_url: str, tmp_path: Path) -> None:
 
 
 # -- endpoints and keys -------------------------------------------------------------------------------
+
+
+def test_model_ids_that_are_file_paths_show_as_file_names() -> None:
+    assert display_model("/home/me/models/SmolLM2.Q4_1.gguf") == "SmolLM2.Q4_1.gguf"
+    assert display_model("C:\\models\\qwen.gguf") == "qwen.gguf"
+    assert display_model("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"  # a hub id keeps its owner
 
 
 def test_base_urls_are_validated_and_normalised() -> None:

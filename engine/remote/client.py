@@ -64,6 +64,13 @@ class _Request:
         )
 
 
+def display_model(model_id: str) -> str:
+    """llama-server names its model by the file's full path (without --alias): show the file's name."""
+    if model_id.startswith("/") or model_id[1:3] in (":\\", ":/") or model_id.lower().endswith(".gguf"):
+        return model_id.replace("\\", "/").rsplit("/", 1)[-1]
+    return model_id
+
+
 class RemoteClient(EngineClient):
     def __init__(
         self,
@@ -158,7 +165,7 @@ class RemoteClient(EngineClient):
         self._dispatch(
             p.Loaded(
                 model_path=self.endpoint.base_url,
-                name=f"{self.endpoint.name}/{model}",
+                name=f"{self.endpoint.name}/{display_model(model)}",
                 n_embd=int(meta.get("n_embd") or 0),
                 n_vocab=int(meta.get("n_vocab") or 0),
                 n_ctx_train=int(meta.get("n_ctx_train") or 0),
