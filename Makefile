@@ -26,7 +26,9 @@ $(VENV)/.train-stamp: $(VENV)/.deps-stamp
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,train,heads]'
 	touch $@
 
-test: setup lint $(VENV)/.train-stamp
+# llama-server (`peer`) is built first, not inside a test: tests/test_remote.py chats with it, and a
+# several-minute compile (once per machine; cached by content hash) belongs to the build, not to a test's time limit.
+test: setup lint peer $(VENV)/.train-stamp
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
 # The quick subset (no model, no worker, no native build): seconds, for the edit-test loop.

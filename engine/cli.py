@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import __version__
 from engine import protocol as p
@@ -15,6 +16,12 @@ from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.models.registry import ModelRecord, ModelRegistry
 from engine.models.weights_check import check_weights
 from engine.stats_text import accel_summary
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from engine.remote.client import RemoteClient
+    from engine.remote.endpoints import Endpoint
 
 
 def resolve_model(spec: str | None) -> Path:
@@ -37,16 +44,29 @@ Ctrl+C while an answer streams stops that answer; the engine keeps the model loa
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """The terminal chat: drives the same Qt-free ChatSession as the window (in memory here)."""
+    """The terminal chat: drives the same Qt-free ChatSession as the window (in memory here), with
+    the local worker or (--endpoint) a remote OpenAI-compatible server."""
     from engine.chats.session import ChatSession
-    from engine.client import WorkerClient, WorkerError
+    from engine.client import EngineClient, WorkerClient, WorkerError
 
-    model = resolve_model(args.model)
     sampling = p.Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
     sampling.validate()
     chat = ChatSession(None, sampling, system_prompt=args.system or "")
-    placement = p.Placement(n_ctx=args.ctx, n_threads=args.threads)
-    with WorkerClient() as client:
+    client: EngineClient
+    if args.endpoint:
+        remote = _remote_engine(args.endpoint, args.model)
+        if remote is None:
+            return 2
+        client, load = remote
+    else:
+        model = resolve_model(args.model)
+        placement = p.Placement(n_ctx=args.ctx, n_threads=args.threads)
+        client = worker = WorkerClient()
+
+        def load() -> p.Loaded:
+            return worker.load(model, placement, mode=args.mode)
+
+    with client:
 
         def answer(gen: p.Generate | None) -> None:
             if gen is None:
@@ -78,7 +98,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     print("[your question was not answered; send it again]", file=sys.stderr)
                 if exc.kind == "worker_died":
                     client.start()
-                    chat.on_event(client.load(model, placement, mode=args.mode))
+                    chat.on_event(load())
                 return
             for note in chat.notices[shown:]:
                 print(f" {note}" if note.startswith("[") else f"\n[{note}]", file=sys.stderr)
@@ -90,13 +110,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if chat.can_continue:
                 print("[/continue writes more of this answer]", file=sys.stderr)
 
-        loaded = client.load(model, placement, mode=args.mode)
+        loaded = load()
         chat.on_event(loaded)
-        print(
-            f"{loaded.name} ({loaded.n_layer} layers, ctx {loaded.n_ctx}, {loaded.mode}) - Ctrl+C stops an answer,"
-            " Ctrl+D or /quit quits, /help lists commands.",
-            file=sys.stderr,
-        )
+        what = loaded.model_path if args.endpoint else f"{loaded.n_layer} layers, ctx {loaded.n_ctx}, {loaded.mode}"
+        print(f"{loaded.name} ({what}) - Ctrl+C stops an answer, Ctrl+D or /quit quits, /help lists commands.", file=sys.stderr)
         if loaded.mode_reason:
             print(f"[{loaded.mode_reason}]", file=sys.stderr)
         if loaded.chat_format_note:
@@ -135,6 +152,78 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     print(CHAT_HELP, file=sys.stderr)
                 continue
             answer(chat.send(text))
+
+
+def _remote_engine(name: str, model: str | None) -> tuple[RemoteClient, Callable[[], p.Loaded]] | None:
+    """`specee chat --endpoint NAME`: the remote client and its load(), or None (said why)."""
+    from engine.remote.client import RemoteClient
+    from engine.remote.endpoints import EndpointError, EndpointRegistry, api_key
+
+    try:
+        endpoint = EndpointRegistry().get(name)
+    except EndpointError as exc:
+        print(f"specee chat: {exc}", file=sys.stderr)
+        return None
+    client = RemoteClient(endpoint, api_key(endpoint.name))
+    return client, lambda: client.load(model or "")
+
+
+def cmd_endpoints(args: argparse.Namespace) -> int:
+    """`specee endpoints add|list|remove`: remote OpenAI-compatible servers (keys in the OS keyring)."""
+    from engine.remote.endpoints import API_KEY_ENV, Endpoint, EndpointError, EndpointRegistry, api_key_source, store_api_key
+
+    registry = EndpointRegistry()
+    try:
+        if args.action == "add":
+            if not args.name or not args.url:
+                print("specee endpoints add: give a NAME and the server's URL (e.g. http://127.0.0.1:8080)", file=sys.stderr)
+                return 2
+            key = sys.stdin.readline().strip() if args.api_key_stdin else ""
+            if args.api_key_stdin and not key:
+                print("specee endpoints add: --api-key-stdin, but standard input had no key on its first line", file=sys.stderr)
+                return 2
+            endpoint = registry.add(Endpoint(args.name, args.url, args.model or ""))
+            print(f"added {endpoint.name}: {endpoint.base_url}")
+            why = store_api_key(endpoint.name, key) if key else ""
+            if why:
+                print(f"[specee] the API key was NOT saved: {why}. Give it when you chat: "
+                      f"{API_KEY_ENV}=... specee chat --endpoint {endpoint.name}", file=sys.stderr)  # fmt: skip
+            elif key:
+                print("API key saved in the OS keyring")
+            _print_models(endpoint, api_key_source(endpoint.name)[0])
+            return 0
+        if args.action == "remove":
+            if not args.name:
+                print("specee endpoints remove: give the endpoint's NAME", file=sys.stderr)
+                return 2
+            registry.remove(args.name)
+            print(f"removed {args.name} (and its API key)")
+            return 0
+    except EndpointError as exc:
+        print(f"specee endpoints {args.action}: {exc}", file=sys.stderr)
+        return 2
+    endpoints = registry.all()
+    if not endpoints:
+        print("no endpoints yet; add one: specee endpoints add NAME URL [--api-key-stdin] [--model M]")
+    for e in endpoints:
+        key, where = api_key_source(e.name)
+        print(f"{e.name:<20} {e.base_url}  model: {e.model or '(first listed)'}  API key: {where or 'none'}")
+        _print_models(e, key)
+    return 0
+
+
+def _print_models(endpoint: Endpoint, key: str | None) -> None:
+    """The server's models, or why it cannot say (the endpoint is kept either way)."""
+    from engine.remote.openai_api import RemoteError, Timeouts, list_models
+
+    try:
+        ids = [m.id for m in list_models(endpoint, key, Timeouts(connect=5.0, read=15.0))]
+    except RemoteError as exc:
+        print(f"    models: not available now: {exc}", file=sys.stderr)
+        return
+    print(f"    models: {', '.join(ids) or '(none listed)'}")
+    if endpoint.model and ids and endpoint.model not in ids:
+        print(f"    [model '{endpoint.model}' is not among them; chat asks for it all the same]", file=sys.stderr)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -471,7 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     chat = sub.add_parser("chat", help="chat in the terminal")
-    chat.add_argument("--model", help="GGUF path or registered model id (default: the embedded default model)")
+    chat.add_argument("--model", help="GGUF path or registered model id (default: the embedded default model); "
+                      "with --endpoint, the server's model id (default: the endpoint's)")  # fmt: skip
+    chat.add_argument("--endpoint", help="chat with this remote OpenAI-compatible server (see `specee endpoints`)")
     chat.add_argument("--system", default="", help="system prompt")
     chat.add_argument("--temperature", type=float, default=0.7)
     chat.add_argument("--max-tokens", type=int, default=512)
@@ -480,6 +571,15 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--threads", type=int, default=0)
     chat.add_argument("--mode", default="auto", choices=list(p.MODES), help="acceleration mode")
     chat.set_defaults(func=cmd_chat)
+
+    endpoints = sub.add_parser("endpoints", help="remote OpenAI-compatible servers to chat with (specee chat --endpoint)")
+    endpoints.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove"])
+    endpoints.add_argument("name", nargs="?", help="the endpoint's name (add, remove)")
+    endpoints.add_argument("url", nargs="?", help="add: the server's address, e.g. http://127.0.0.1:8080 or https://host/v1")
+    endpoints.add_argument("--api-key-stdin", action="store_true", help="add: read the API key from standard input's "
+                           "first line (kept in the OS keyring, never on the command line or in a file)")  # fmt: skip
+    endpoints.add_argument("--model", help="add: the model id to chat with (default: the first the server lists)")
+    endpoints.set_defaults(func=cmd_endpoints)
 
     bench = sub.add_parser("bench", help="measure decode/prefill speed per acceleration mode")
     bench.add_argument("--model", help="GGUF path or registered model id (default: the default model)")

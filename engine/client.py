@@ -1,6 +1,8 @@
-"""Thin client for the engine worker process (the only way app/ and the CLI reach a model).
+"""Thin clients for an engine (the only way app/ and the CLI reach a model): the local worker
+process (WorkerClient) or a remote OpenAI-compatible server (engine.remote.RemoteClient), both
+behind EngineClient so the window's bridge and `specee chat` drive either the same way.
 
-Events arrive on a reader thread. Give `on_event` to receive them there (the Qt bridge re-emits
+Events arrive on a background thread. Give `on_event` to receive them there (the Qt bridge re-emits
 them as signals); without it they queue up for the blocking helpers used by the CLI, bench and tests.
 A worker that dies, even by `kill -9`, becomes one `Error(kind="worker_died")` event; `start()`
 then launches a fresh one. A worker of another protocol version is refused (`version_mismatch`)
@@ -19,6 +21,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Self
 
 from engine import protocol as p
 from engine.paths import REPO_ROOT, cache_dir
@@ -41,19 +44,114 @@ def worker_command(python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "engine.worker"]
 
 
-class WorkerClient:
+class EngineClient:
+    """What the window's bridge and `specee chat` use of an engine, local or remote: commands go in
+    with send(), events come out to on_event (on a background thread) or, without it, to a queue
+    that the blocking helpers read. Choosing the model is engine-specific (each client's load())."""
+
+    def __init__(self, on_event: EventHandler | None = None) -> None:
+        self._on_event = on_event
+        self._events: queue.Queue[p.Message] = queue.Queue()
+        self.ready: p.Ready | None = None
+
+    @property
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 60.0) -> p.Ready:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 5.0) -> None:
+        raise NotImplementedError
+
+    def send(self, msg: p.Message) -> None:
+        """Raises WorkerError when the engine cannot take it at all (stopped, gone)."""
+        raise NotImplementedError
+
+    def _dispatch(self, msg: p.Message) -> None:
+        if isinstance(msg, p.Ready):
+            self.ready = msg
+        if self._on_event is not None:
+            self._on_event(msg)
+        else:
+            self._events.put(msg)
+
+    # -- blocking helpers (no on_event handler) ---------------------------------------------------
+
+    def next_event(self, timeout: float | None = None) -> p.Message:
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            raise WorkerError(p.ErrorKind.TIMEOUT, f"no reply from the engine within {timeout:.0f}s") from None
+
+    def wait_for(self, kind: type[p.Message], timeout: float = 60.0) -> p.Message:
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.next_event(max(0.01, deadline - time.monotonic()))
+            if isinstance(msg, kind):
+                return msg
+            if isinstance(msg, p.Error):
+                raise WorkerError(msg.kind, msg.message)
+
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        sampling: p.Sampling | None = None,
+        request_id: str | None = None,
+        report_margins: bool = False,
+        continue_answer: bool = False,
+    ) -> str:
+        rid = request_id or uuid.uuid4().hex[:12]
+        self.send(p.Generate(rid, messages, sampling or p.Sampling(), report_margins, continue_answer))
+        return rid
+
+    def stream(
+        self,
+        messages: list[dict[str, str]],
+        sampling: p.Sampling | None = None,
+        timeout: float = 600.0,
+        continue_answer: bool = False,
+    ) -> Iterator[p.Message]:
+        """Yield this request's events up to and including Done; an Error raises WorkerError.
+        continue_answer: messages end with an unfinished answer, to be continued."""
+        return self.events_of(self.generate(messages, sampling, continue_answer=continue_answer), timeout)
+
+    def events_of(self, rid: str, timeout: float = 600.0) -> Iterator[p.Message]:
+        """The events of request rid, up to and including Done; an Error raises WorkerError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.next_event(max(0.01, deadline - time.monotonic()))
+            if isinstance(msg, p.Error) and msg.request_id in ("", rid):
+                raise WorkerError(msg.kind, msg.message)
+            if getattr(msg, "request_id", rid) != rid:
+                continue
+            yield msg
+            if isinstance(msg, p.Done):
+                return
+
+    def cancel(self, request_id: str = "") -> None:
+        self.send(p.Cancel(request_id))
+
+    def __enter__(self) -> Self:
+        if not self.alive:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class WorkerClient(EngineClient):
     def __init__(self, on_event: EventHandler | None = None, python: str | None = None, command: list[str] | None = None) -> None:
         """python: another interpreter for the worker (benchmarks against upstream); command: the
         whole worker command line (tests that start it in a particular way)."""
-        self._on_event = on_event
+        super().__init__(on_event)
         self._python = python
         self._command = command
-        self._events: queue.Queue[p.Message] = queue.Queue()
         self._proc: subprocess.Popen[str] | None = None
         self._send_lock = threading.Lock()
         self._stopping = False
         self._stderr_tail: deque[str] = deque(maxlen=30)
-        self.ready: p.Ready | None = None
         self.log_path: Path | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -134,14 +232,6 @@ class WorkerClient:
         except (BrokenPipeError, OSError, ValueError) as exc:
             raise WorkerError(p.ErrorKind.WORKER_DIED, f"The engine process is gone ({exc}); restart it.") from exc
 
-    def _dispatch(self, msg: p.Message) -> None:
-        if isinstance(msg, p.Ready):
-            self.ready = msg
-        if self._on_event is not None:
-            self._on_event(msg)
-        else:
-            self._events.put(msg)
-
     def _read_events(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -174,22 +264,7 @@ class WorkerClient:
             f"The engine process {how}. Your conversation is kept; restart the engine to continue. Log: {self.log_path}{detail}"
         )
 
-    # -- blocking helpers (no on_event handler) ---------------------------------------------------
-
-    def next_event(self, timeout: float | None = None) -> p.Message:
-        try:
-            return self._events.get(timeout=timeout)
-        except queue.Empty:
-            raise WorkerError(p.ErrorKind.TIMEOUT, f"no reply from the engine within {timeout:.0f}s") from None
-
-    def wait_for(self, kind: type[p.Message], timeout: float = 60.0) -> p.Message:
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self.next_event(max(0.01, deadline - time.monotonic()))
-            if isinstance(msg, kind):
-                return msg
-            if isinstance(msg, p.Error):
-                raise WorkerError(msg.kind, msg.message)
+    # -- the model ------------------------------------------------------------------------------
 
     def load(
         self,
@@ -215,50 +290,3 @@ class WorkerClient:
         loaded = self.wait_for(p.Loaded, timeout=timeout)
         assert isinstance(loaded, p.Loaded)
         return loaded
-
-    def generate(
-        self,
-        messages: list[dict[str, str]],
-        sampling: p.Sampling | None = None,
-        request_id: str | None = None,
-        report_margins: bool = False,
-        continue_answer: bool = False,
-    ) -> str:
-        rid = request_id or uuid.uuid4().hex[:12]
-        self.send(p.Generate(rid, messages, sampling or p.Sampling(), report_margins, continue_answer))
-        return rid
-
-    def stream(
-        self,
-        messages: list[dict[str, str]],
-        sampling: p.Sampling | None = None,
-        timeout: float = 600.0,
-        continue_answer: bool = False,
-    ) -> Iterator[p.Message]:
-        """Yield this request's events up to and including Done; an Error raises WorkerError.
-        continue_answer: messages end with an unfinished answer, to be continued."""
-        return self.events_of(self.generate(messages, sampling, continue_answer=continue_answer), timeout)
-
-    def events_of(self, rid: str, timeout: float = 600.0) -> Iterator[p.Message]:
-        """The events of request rid, up to and including Done; an Error raises WorkerError."""
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self.next_event(max(0.01, deadline - time.monotonic()))
-            if isinstance(msg, p.Error) and msg.request_id in ("", rid):
-                raise WorkerError(msg.kind, msg.message)
-            if getattr(msg, "request_id", rid) != rid:
-                continue
-            yield msg
-            if isinstance(msg, p.Done):
-                return
-
-    def cancel(self, request_id: str = "") -> None:
-        self.send(p.Cancel(request_id))
-
-    def __enter__(self) -> WorkerClient:
-        if self._proc is None:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

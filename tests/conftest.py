@@ -109,7 +109,8 @@ def copied_model(model_path: Path, tmp_path: Path) -> Path:
 # Tests that need the real model, a worker process, a native build or a download are "slow"; the
 # quick subset (`make test-fast`, `pytest -m "not slow"`) is the Qt-free and pure-Python logic.
 SLOW_FIXTURES = {"model_path", "smollm2_wheel", "window", "worker", "llm", "llms", "q4_k_model", "tiny_models", "heads",
-                 "copied_model", "truncated_model", "served"}  # fmt: skip
+                 "copied_model", "truncated_model", "served", "llama_server_binary", "llama_server", "llama_server_with_key",
+                 "openai_server"}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

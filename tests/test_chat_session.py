@@ -65,3 +65,28 @@ def test_errors_keep_partial_answers_and_give_back_unanswered_questions(tmp_path
     gen = chat.send("Unanswered")
     chat.on_event(p.Error(request_id=gen.request_id, kind="worker_died", message="killed"))
     assert chat.restored_question == "Unanswered" and chat.messages == []
+
+
+def test_each_answer_records_the_engine_that_wrote_it(tmp_path: Path) -> None:
+    """Local answers name the model and the mode that ran (auto may switch it after the load);
+    remote ones the endpoint and model; a reopened conversation still says which was which."""
+    store = ConversationStore(tmp_path / "c.db")
+    chat = ChatSession(store, p.Sampling.greedy(8))
+    chat.on_event(p.Loaded(name="SmolLM2", mode="vanilla"))
+    assert chat.engine == "local:SmolLM2 (vanilla)"
+    gen = chat.send("Hi")
+    chat.on_event(p.Token(gen.request_id, "Hello"))
+    chat.on_event(p.Stats(request_id=gen.request_id, mode="eagle", n_generated=1))  # auto decided meanwhile
+    chat.on_event(p.Done(request_id=gen.request_id, finish_reason="stop"))
+    chat.on_event(p.Loaded(name="lab/qwen", mode="remote"))  # the user switched to a remote engine
+    assert chat.engine == "remote:lab/qwen"
+    gen = chat.send("And you?")
+    chat.on_event(p.Token(gen.request_id, "Partly"))
+    chat.on_event(p.Error(gen.request_id, "timeout", "http://lab:8080/v1/chat/completions sent nothing for 120 s"))
+    assert chat.notices[-1].startswith("**The server did not answer in time:**") and chat.messages[-1]["interrupted"]
+    reopened = ChatSession(store)
+    assert reopened.open(chat.conv_id)
+    assert [(m["content"], m["engine"]) for m in reopened.messages if m["role"] == "assistant"] == [
+        ("Hello", "local:SmolLM2 (eagle)"),
+        ("Partly", "remote:lab/qwen"),
+    ]

@@ -101,3 +101,46 @@ def test_trashed_conversations_can_be_restored_until_the_store_reopens(tmp_path:
     assert [c.id for c in again.list()] == [a.id]
     with pytest.raises(StoreError):
         again.get(b.id)
+
+
+# The schema as version 1 wrote it (no messages.engine), with its full-text index.
+_SCHEMA_V1 = """
+CREATE TABLE conversations (id TEXT PRIMARY KEY, title TEXT NOT NULL, system_prompt TEXT NOT NULL DEFAULT '',
+    settings TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+    role TEXT NOT NULL, content TEXT NOT NULL, stats TEXT NOT NULL DEFAULT '{}', complete INTEGER NOT NULL DEFAULT 1,
+    created REAL NOT NULL);
+CREATE TABLE trash (conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE, deleted REAL NOT NULL);
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id');
+CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+INSERT INTO conversations VALUES ('old', 'From before', '', '{}', 1.0, 1.0);
+INSERT INTO messages (conversation_id, position, role, content, stats, complete, created)
+    VALUES ('old', 0, 'user', 'an old question', '{}', 1, 1.0), ('old', 1, 'assistant', 'an old answer', '{}', 1, 1.0);
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_version_1_database_opens_and_records_the_answering_engine_from_then_on(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "c.db"
+    with sqlite3.connect(db) as old:
+        old.executescript(_SCHEMA_V1)
+    s = ConversationStore(db)
+    conv = s.get("old")
+    assert [(m.content, m.engine) for m in conv.messages] == [("an old question", ""), ("an old answer", "")]
+    mid = s.append("old", "assistant", "", complete=False, engine="remote:lab/qwen")
+    s.update_message(mid, "a new answer", complete=True, stats={"decode_tok_s": 9.0})  # engine: kept
+    assert s.get("old").messages[-1].engine == "remote:lab/qwen"
+    s.update_message(mid, "a new answer", complete=True, engine="local:SmolLM2 (eagle)")
+    s.close()
+    again = ConversationStore(db)  # migrated once: opening again changes nothing
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    last = again.get("old").messages[-1]
+    assert (last.content, last.engine, last.stats) == ("a new answer", "local:SmolLM2 (eagle)", {"decode_tok_s": 9.0})
+    assert again.search("old question")[0][0] == "old"
+    copy = again.import_json(again.export_json("old"))
+    assert [m.engine for m in copy.messages] == ["", "", "local:SmolLM2 (eagle)"]

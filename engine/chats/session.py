@@ -54,6 +54,8 @@ class ChatSession:
     answer_msg_id: int = 0
     can_continue: bool = False  # the last answer stopped at the length limit or was interrupted
     restored_question: str = ""  # a question taken back after a failure before any answer
+    engine_name: str = ""  # what answers, from Loaded: the model's name, or "<endpoint>/<model id>" when remote
+    engine_mode: str = ""  # its mode (vanilla, eagle, ...; "remote"), kept current by each answer's Stats
 
     @property
     def streaming(self) -> bool:
@@ -64,6 +66,16 @@ class ChatSession:
         """What the model sees: the system prompt, then the conversation."""
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return head + [{"role": m["role"], "content": m["content"]} for m in self.messages]
+
+    @property
+    def engine(self) -> str:
+        """Which engine answers, as the store records it with each answer: "local:<model> (<mode>)"
+        or "remote:<endpoint>/<model id>"."""
+        if not self.engine_name:
+            return ""
+        if self.engine_mode == "remote":
+            return f"remote:{self.engine_name}"
+        return f"local:{self.engine_name} ({self.engine_mode})"
 
     @property
     def can_regenerate(self) -> bool:
@@ -88,7 +100,14 @@ class ChatSession:
         conv = self.store.get(conv_id)
         self.conv_id, self.system_prompt, self.settings = conv.id, conv.system_prompt, conv.settings
         self.messages = [
-            {"role": m.role, "content": m.content, "stats": m.stats, "id": m.id, "interrupted": not m.complete}
+            {
+                "role": m.role,
+                "content": m.content,
+                "stats": m.stats,
+                "id": m.id,
+                "interrupted": not m.complete,
+                "engine": m.engine,
+            }
             for m in conv.messages
         ]
         self.notices = []
@@ -166,8 +185,10 @@ class ChatSession:
         gen = p.Generate(self.request_id, self.history, replace(self.sampling), continue_answer=continue_answer)
         if not continue_answer:
             self.answer = ""
-            self.answer_msg_id = self.store.append(self.conv_id, "assistant", "", complete=False) if self.store else 0
-            self.messages.append({"role": "assistant", "content": "", "stats": {}, "id": self.answer_msg_id})
+            self.answer_msg_id = self.store.append(self.conv_id, "assistant", "", False, engine=self.engine) if self.store else 0
+            self.messages.append(
+                {"role": "assistant", "content": "", "stats": {}, "id": self.answer_msg_id, "engine": self.engine}
+            )
         return gen
 
     # -- the worker's events ------------------------------------------------------------------------
@@ -182,6 +203,8 @@ class ChatSession:
                 self.store.update_message(self.answer_msg_id, self.answer, complete=False)
             return "token"
         if isinstance(msg, p.Stats) and mine:
+            self.engine_mode = msg.mode  # auto may have changed it since the load
+            self.messages[-1]["engine"] = self.engine
             self.messages[-1]["stats"] = {
                 "decode_tok_s": msg.decode_tok_s, "ttft_ms": msg.ttft_ms, "n_generated": msg.n_generated, "mode": msg.mode,
                 "accel": {k: v for k, v in msg.accel.items() if k != "exit_hist"},
@@ -189,7 +212,8 @@ class ChatSession:
             return "stats"
         if isinstance(msg, p.Done) and mine:
             if self.store:
-                self.store.update_message(self.answer_msg_id, self.answer, complete=True, stats=self.messages[-1]["stats"])
+                stats, engine = self.messages[-1]["stats"], self.messages[-1].get("engine", self.engine)
+                self.store.update_message(self.answer_msg_id, self.answer, complete=True, stats=stats, engine=engine)
             if msg.finish_reason == "cancelled":
                 self.notices.append("[stopped]")
             if msg.finish_reason == "length":
@@ -202,6 +226,7 @@ class ChatSession:
             self.notices.append(msg.message)
             return "notice"
         if isinstance(msg, p.Loaded):
+            self.engine_name, self.engine_mode = msg.name, msg.mode
             self.notices = [n for n in self.notices if not n.startswith("**")]  # earlier errors are over
             if msg.chat_format_note:
                 self.notices.append(msg.chat_format_note)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from engine.paths import data_dir
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: messages.engine
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS messages (
     content TEXT NOT NULL,
     stats TEXT NOT NULL DEFAULT '{}',
     complete INTEGER NOT NULL DEFAULT 1,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    engine TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS trash (
     conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
@@ -66,6 +67,7 @@ class Message:
     stats: dict = field(default_factory=dict)
     complete: bool = True
     id: int = 0
+    engine: str = ""  # which engine answered (see ChatSession.engine); '' for questions and older answers
 
 
 @dataclass
@@ -93,10 +95,18 @@ class ConversationStore:
             self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.executescript(_SCHEMA)
+            self._migrate()
             self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.empty_trash()  # what was deleted in an earlier session is gone for good
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"the conversation database {self.path} is damaged ({exc}); move it aside to start fresh") from None
+
+    def _migrate(self) -> None:
+        """Bring a database an older version made up to this schema (CREATE ... IF NOT EXISTS leaves
+        existing tables as they were)."""
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(messages)")}
+        if "engine" not in columns:  # version 1
+            self.db.execute("ALTER TABLE messages ADD COLUMN engine TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         self.db.close()
@@ -127,9 +137,9 @@ class ConversationStore:
             raise StoreError(f"no conversation {conv_id}")
         conv = Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
         conv.messages = [
-            Message(m[1], m[2], json.loads(m[3]), bool(m[4]), m[0])
+            Message(m[1], m[2], json.loads(m[3]), bool(m[4]), m[0], m[5])
             for m in self.db.execute(
-                "SELECT id, role, content, stats, complete FROM messages WHERE conversation_id = ? ORDER BY position",
+                "SELECT id, role, content, stats, complete, engine FROM messages WHERE conversation_id = ? ORDER BY position",
                 (conv_id,),
             )
         ]
@@ -165,7 +175,9 @@ class ConversationStore:
 
     # -- messages -------------------------------------------------------------------------------
 
-    def append(self, conv_id: str, role: str, content: str, complete: bool = True, stats: dict | None = None) -> int:
+    def append(
+        self, conv_id: str, role: str, content: str, complete: bool = True, stats: dict | None = None, engine: str = ""
+    ) -> int:
         if role not in ("user", "assistant", "system"):
             raise StoreError(f"bad role {role!r}")
         with self.db:
@@ -174,22 +186,23 @@ class ConversationStore:
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?", (conv_id,)
             ).fetchone()[0]
             cur = self.db.execute(
-                "INSERT INTO messages (conversation_id, position, role, content, stats, complete, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conv_id, pos, role, content, json.dumps(stats or {}), int(complete), time.time()),
+                "INSERT INTO messages (conversation_id, position, role, content, stats, complete, created, engine)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (conv_id, pos, role, content, json.dumps(stats or {}), int(complete), time.time(), engine),
             )
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conv_id))
         return int(cur.lastrowid)
 
-    def update_message(self, msg_id: int, content: str, complete: bool, stats: dict | None = None) -> None:
-        """Called as an answer streams (autocommit: each call is on disk when it returns)."""
-        if stats is None:
-            self.db.execute("UPDATE messages SET content = ?, complete = ? WHERE id = ?", (content, int(complete), msg_id))
-        else:
-            self.db.execute(
-                "UPDATE messages SET content = ?, complete = ?, stats = ? WHERE id = ?",
-                (content, int(complete), json.dumps(stats), msg_id),
-            )
+    def update_message(
+        self, msg_id: int, content: str, complete: bool, stats: dict | None = None, engine: str | None = None
+    ) -> None:
+        """Called as an answer streams (autocommit: each call is on disk when it returns); stats and
+        engine: None keeps what is stored."""
+        self.db.execute(
+            "UPDATE messages SET content = ?, complete = ?, stats = COALESCE(?, stats), engine = COALESCE(?, engine)"
+            " WHERE id = ?",
+            (content, int(complete), None if stats is None else json.dumps(stats), engine, msg_id),
+        )
 
     def truncate_from(self, conv_id: str, msg_id: int) -> None:
         """Drop a message and everything after it (regenerate, edit-and-resend)."""
@@ -222,7 +235,7 @@ class ConversationStore:
                 "title": c.title,
                 "system_prompt": c.system_prompt,
                 "settings": c.settings,
-                "messages": [{"role": m.role, "content": m.content, "stats": m.stats} for m in c.messages],
+                "messages": [{"role": m.role, "content": m.content, "stats": m.stats, "engine": m.engine} for m in c.messages],
             },
             indent=1,
             ensure_ascii=False,
@@ -242,10 +255,12 @@ class ConversationStore:
             data = json.loads(text)
             if data.get("format") != "specee-chat-conversation":
                 raise ValueError("not a SpecEE Chat conversation export")
-            messages = [(str(m["role"]), str(m["content"]), dict(m.get("stats", {}))) for m in data["messages"]]
+            messages = [
+                (str(m["role"]), str(m["content"]), dict(m.get("stats", {})), str(m.get("engine", ""))) for m in data["messages"]
+            ]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"cannot import this file: {exc}") from None
         conv = self.create(str(data.get("title") or "Imported chat"), str(data.get("system_prompt", "")), data.get("settings"))
-        for role, content, stats in messages:
-            self.append(conv.id, role, content, True, stats)
+        for role, content, stats, engine in messages:
+            self.append(conv.id, role, content, True, stats, engine)
         return self.get(conv.id)

@@ -1,0 +1,526 @@
+"""Remote engines (issue 15): an OpenAI-compatible server answers through the same ChatSession as the
+local worker. Against a real llama-server built from our pinned llama.cpp source (started here on
+127.0.0.1 with the default model), and against small real HTTP servers that misbehave on purpose:
+closed port, silence, garbage, a stream cut short. No test touches the user's real OS keyring.
+
+To run the round trip against another server (e.g. `specee serve`), add a fixture that yields its
+base URL and name it in `openai_server`'s params (and in conftest's SLOW_FIXTURES)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import keyring
+import keyring.backend
+import keyring.backends.fail
+import keyring.errors
+import pytest
+
+from engine import protocol as p
+from engine.chats.session import ChatSession
+from engine.chats.store import ConversationStore
+from engine.cli import main as cli
+from engine.client import WorkerError
+from engine.paths import REPO_ROOT
+from engine.remote import endpoints
+from engine.remote.client import RemoteClient, display_model
+from engine.remote.endpoints import Endpoint, EndpointError, EndpointRegistry, api_key, normalise_base_url, store_api_key
+from engine.remote.openai_api import Timeouts, list_models
+
+QUICK = Timeouts(connect=2.0, read=1.0)
+# building llama-server (first run on a machine only; `make test` builds it before pytest) takes minutes
+SERVER_BUILD_TIMEOUT = pytest.mark.timeout(1800)
+
+
+# -- keyrings: never the user's ------------------------------------------------------------------
+
+
+class MemoryKeyring(keyring.backend.KeyringBackend):
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passwords: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.passwords.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.passwords[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        if self.passwords.pop((service, username), None) is None:
+            raise keyring.errors.PasswordDeleteError("no such password")
+
+
+@pytest.fixture(autouse=True)
+def no_real_keyring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test here starts with no keyring at all (as on a headless box) and no key from outside."""
+    previous = keyring.get_keyring()
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+    monkeypatch.setattr(endpoints, "_process_keys", {})
+    monkeypatch.delenv(endpoints.API_KEY_ENV, raising=False)
+    yield
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def memory_keyring(no_real_keyring: None) -> MemoryKeyring:
+    ring = MemoryKeyring()
+    keyring.set_keyring(ring)
+    return ring
+
+
+# -- small real servers that misbehave -------------------------------------------------------------
+
+
+def _piece(text: str, finish: str | None = None) -> str:
+    return "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}) + "\n\n"
+
+
+Script = Callable[[Callable[[str], None], threading.Event], None]
+
+
+@contextmanager
+def scripted_server(script: Script) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 whose /v1/models lists "stub-model" and whose chat completions
+    stream whatever `script` writes (it gets write() and an event set when the test is over)."""
+    over = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = json.dumps({"object": "list", "data": [{"id": "stub-model", "object": "model", "owned_by": "t"}]})
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+
+            def write(raw: str) -> None:
+                self.wfile.write(raw.encode())
+                self.wfile.flush()
+
+            try:
+                script(write, over)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        over.set()
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def silent_server() -> Iterator[str]:
+    """Listens (the kernel completes connections) but never reads or answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- the real llama-server ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    """Upstream llama-server from the same pinned source, built once per machine (cached by content
+    hash in the native build cache, outside the clone)."""
+    out = subprocess.run([sys.executable, str(REPO_ROOT / "native" / "build.py"), "--server"], stdout=subprocess.PIPE, text=True)
+    assert out.returncode == 0, "native/build.py --server failed (its message is above)"
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def running_llama_server(binary: Path, model: Path, log: Path, *extra: str) -> Iterator[str]:
+    """llama-server on 127.0.0.1 and a free port; yields its base URL once /health says ready."""
+    import httpx2
+
+    port = _free_port()
+    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1",
+           "-t", "2", "-ngl", "0", *extra]  # fmt: skip
+    with log.open("w") as log_file:
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                assert proc.poll() is None, f"llama-server exited with {proc.returncode}: {log.read_text()[-2000:]}"
+                assert time.monotonic() < deadline, f"llama-server not ready in 120 s: {log.read_text()[-2000:]}"
+                try:
+                    if httpx2.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                except httpx2.HTTPError:
+                    pass
+                time.sleep(0.3)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_server_binary: Path, model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_llama_server(llama_server_binary, model_path, tmp_path_factory.mktemp("llama") / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def llama_server_with_key(llama_server_binary: Path, model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("llama-key") / "server.log"
+    with running_llama_server(llama_server_binary, model_path, log, "--api-key", "the-right-key") as url:
+        yield url
+
+
+@pytest.fixture(params=["llama_server"])
+def openai_server(request: pytest.FixtureRequest) -> str:
+    """The base URL of each real OpenAI-compatible server the round trip runs against."""
+    return request.getfixturevalue(request.param)
+
+
+# -- driving a ChatSession with a RemoteClient ------------------------------------------------------
+
+
+def ask(chat: ChatSession, client: RemoteClient, gen: p.Generate | None, timeout: float = 120) -> list[p.Message]:
+    """Send the session's request and feed it every event until its Done or Error."""
+    assert gen is not None
+    client.send(gen)
+    events: list[p.Message] = []
+    while True:
+        ev = client.next_event(timeout)
+        events.append(ev)
+        chat.on_event(ev)
+        if isinstance(ev, p.Done | p.Error) and ev.request_id == gen.request_id:
+            return events
+
+
+def connect(base_url: str, tmp_path: Path, name: str = "test", key: str | None = None, timeouts: Timeouts = QUICK):
+    """A started client, its Loaded, and a ChatSession with a store that has seen that Loaded."""
+    client = RemoteClient(Endpoint(name, normalise_base_url(base_url)), key, timeouts=timeouts)
+    client.start()
+    chat = ChatSession(ConversationStore(tmp_path / "c.db"), p.Sampling.greedy(24))
+    loaded = client.load()
+    chat.on_event(loaded)
+    return client, chat, loaded
+
+
+def check_chat_roundtrip(base_url: str, tmp_path: Path) -> None:
+    """What any OpenAI-compatible server must do for the chat: stream a greedy answer in pieces
+    with speed, stop at max_tokens, record which engine answered, and continue a cut answer."""
+    client, chat, loaded = connect(base_url, tmp_path, "local-test", timeouts=Timeouts(connect=5, read=120))
+    try:
+        assert loaded.mode == "remote" and loaded.name.startswith("local-test/") and loaded.model_path == base_url + "/v1"
+        events = ask(chat, client, chat.send("What is the capital of France? Answer in one sentence."))
+        tokens = [e for e in events if isinstance(e, p.Token)]
+        stats = [e for e in events if isinstance(e, p.Stats)]
+        done = events[-1]
+        assert isinstance(done, p.Done) and done.finish_reason == "stop", events[-1]
+        assert len(tokens) >= 3 and done.text.strip() and "".join(t.text for t in tokens) == done.text
+        assert [t.index for t in tokens] == list(range(len(tokens)))
+        assert stats and stats[-1].mode == "remote" and stats[-1].decode_tok_s > 0 and stats[-1].ttft_ms > 0
+        assert stats[-1].n_generated >= len(tokens) and stats[-1].n_prompt > 0  # the server's usage
+        assert chat.messages[-1]["content"] == done.text and chat.messages[-1]["stats"]["decode_tok_s"] > 0
+        stored = chat.store.get(chat.conv_id).messages  # type: ignore[union-attr]
+        assert stored[-1].content == done.text and stored[-1].complete
+        assert stored[-1].engine == f"remote:local-test/{display_model(client.model)}" == chat.engine
+
+        chat.sampling = p.Sampling.greedy(4)
+        events = ask(chat, client, chat.send("Count from one to twenty in words."))
+        assert isinstance(events[-1], p.Done) and events[-1].finish_reason == "length"
+        assert chat.can_continue and "4-token limit" in chat.notices[-1]
+        cut = chat.answer
+        events = ask(chat, client, chat.continue_answer())
+        assert isinstance(events[-1], p.Done) and chat.answer.startswith(cut) and len(chat.answer) > len(cut)
+    finally:
+        client.stop()
+
+
+# -- endpoints and keys -------------------------------------------------------------------------------
+
+
+def test_model_ids_that_are_file_paths_show_as_file_names() -> None:
+    assert display_model("/home/me/models/SmolLM2.Q4_1.gguf") == "SmolLM2.Q4_1.gguf"
+    assert display_model("C:\\models\\qwen.gguf") == "qwen.gguf"
+    assert display_model("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"  # a hub id keeps its owner
+
+
+def test_base_urls_are_validated_and_normalised() -> None:
+    assert normalise_base_url(" http://127.0.0.1:8080 ") == "http://127.0.0.1:8080/v1"
+    assert normalise_base_url("http://127.0.0.1:8080/") == "http://127.0.0.1:8080/v1"
+    assert normalise_base_url("HTTPS://API.Example.com/v1/") == "https://api.example.com/v1"
+    assert normalise_base_url("https://example.com/api/v1/chat/completions") == "https://example.com/api/v1"
+    assert normalise_base_url("https://example.com/v1beta/models") == "https://example.com/v1beta"
+    assert normalise_base_url("http://host:8000/openai") == "http://host:8000/openai/v1"
+    for bad in ("127.0.0.1:8080", "ftp://host/v1", "http://", "http://host:99999", "http://host/v1?key=x", ""):
+        with pytest.raises(EndpointError):
+            normalise_base_url(bad)
+
+
+def test_endpoints_are_kept_without_their_key_which_goes_to_the_keyring(
+    isolated_data: Path, memory_keyring: MemoryKeyring
+) -> None:
+    reg = EndpointRegistry()
+    added = reg.add(Endpoint("lab-box", "http://10.0.0.5:8080", "qwen"))
+    assert added.base_url == "http://10.0.0.5:8080/v1"
+    assert store_api_key("lab-box", "sk-secret-123") == ""
+    assert memory_keyring.passwords == {("specee-chat", "lab-box"): "sk-secret-123"}
+    assert api_key("lab-box") == "sk-secret-123"
+    assert "sk-secret" not in (isolated_data / "endpoints.json").read_text()
+    reg.set_model("lab-box", "llama")
+    assert [(e.name, e.model) for e in EndpointRegistry().all()] == [("lab-box", "llama")]
+    with pytest.raises(EndpointError, match="lab-box"):
+        reg.get("nope")  # the message lists what exists
+    with pytest.raises(EndpointError, match="cannot name"):
+        reg.add(Endpoint("bad name!", "http://h"))
+    reg.remove("lab-box")
+    assert reg.all() == [] and memory_keyring.passwords == {} and api_key("lab-box") is None
+
+
+def test_without_a_keyring_the_key_stays_in_this_process_and_the_env_can_give_one(
+    isolated_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "no OS keyring" in store_api_key("box", "sk-1")
+    assert api_key("box") == "sk-1" and api_key("other") is None
+    monkeypatch.setenv(endpoints.API_KEY_ENV, "sk-env")
+    assert api_key("other") == "sk-env" and api_key("box") == "sk-1"
+
+
+def test_a_damaged_endpoints_file_is_set_aside(isolated_data: Path) -> None:
+    isolated_data.mkdir(parents=True)
+    (isolated_data / "endpoints.json").write_text("{not json")
+    assert EndpointRegistry().all() == []
+    assert list(isolated_data.glob("endpoints.broken-*.json"))
+
+
+# -- errors lose nothing -----------------------------------------------------------------------------
+
+
+def test_a_closed_port_is_unreachable_and_the_question_comes_back(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    client = RemoteClient(Endpoint("gone", normalise_base_url(url), "m"), timeouts=QUICK)
+    client.start()
+    with pytest.raises(WorkerError) as err:
+        client.load()
+    assert err.value.kind == "unreachable" and url in str(err.value) and "running" in str(err.value)
+    chat = ChatSession(ConversationStore(tmp_path / "c.db"))
+    events = ask(chat, client, chat.send("Are you there?"))
+    assert isinstance(events[-1], p.Error) and events[-1].kind == "unreachable"
+    assert chat.restored_question == "Are you there?" and chat.messages == [] and not chat.streaming
+    assert chat.notices[-1].startswith("**The server cannot be reached:**")
+
+
+def test_a_silent_server_times_out(tmp_path: Path) -> None:
+    with silent_server() as url:
+        client = RemoteClient(Endpoint("mute", normalise_base_url(url), "m"), timeouts=Timeouts(connect=2.0, read=0.5))
+        client.start()
+        chat = ChatSession(ConversationStore(tmp_path / "c.db"))
+        t0 = time.monotonic()
+        events = ask(chat, client, chat.send("Hello?"))
+        assert time.monotonic() - t0 < 10
+    assert isinstance(events[-1], p.Error) and events[-1].kind == "timeout" and "0.5 s" in events[-1].message
+    assert chat.restored_question == "Hello?" and "did not answer in time" in chat.notices[-1]
+
+
+def _part_then(rest: Script) -> Script:
+    def script(write: Callable[[str], None], over: threading.Event) -> None:
+        write(_piece("Part of"))
+        write(_piece(" it"))
+        rest(write, over)
+
+    return script
+
+
+@pytest.mark.parametrize(
+    ("rest", "kind", "said"),
+    [
+        (lambda write, over: over.wait(30), "timeout", "sent nothing"),
+        (lambda write, over: write("data: {this is not json\n\n"), "bad_response", "not JSON"),
+        (lambda write, over: write('data: {"choices": "many"}\n\n'), "bad_response", "unknown shape"),
+        (lambda write, over: None, "bad_response", "ended before the answer was finished"),
+        (lambda write, over: write('data: {"error": {"message": "out of memory"}}\n\n'), "bad_response", "out of memory"),
+    ],
+    ids=["stalls", "garbage", "wrong-shape", "cut-short", "error-event"],
+)
+def test_a_failure_mid_answer_keeps_the_part_already_streamed(
+    rest: Script, kind: str, said: str, tmp_path: Path, isolated_data: Path
+) -> None:
+    with scripted_server(_part_then(rest)) as url:
+        client, chat, _ = connect(url, tmp_path, timeouts=Timeouts(connect=2.0, read=0.5))
+        events = ask(chat, client, chat.send("Tell me"))
+        client.stop()
+    error = events[-1]
+    assert isinstance(error, p.Error) and error.kind == kind and said in error.message, error
+    assert chat.messages[-1] == {**chat.messages[-1], "role": "assistant", "content": "Part of it", "interrupted": True}
+    assert chat.can_continue and not chat.restored_question
+    stored = chat.store.get(chat.conv_id).messages  # type: ignore[union-attr]
+    assert [(m.role, m.content, m.complete) for m in stored] == [("user", "Tell me", True), ("assistant", "Part of it", False)]
+    assert stored[-1].engine == "remote:test/stub-model"
+
+
+def test_stop_answers_at_once_and_keeps_the_part(tmp_path: Path) -> None:
+    def slow(write: Callable[[str], None], over: threading.Event) -> None:
+        for i in range(400):
+            write(_piece(f" w{i}"))
+            if over.wait(0.05):
+                return
+
+    with scripted_server(slow) as url:
+        client, chat, _ = connect(url, tmp_path)
+        gen = chat.send("Go on and on")
+        assert gen is not None
+        client.send(gen)
+        while len(chat.answer) < 10:
+            chat.on_event(client.next_event(10))
+        cancel = chat.cancel()
+        assert cancel is not None
+        t0 = time.monotonic()
+        client.send(cancel)
+        events = list(client.events_of(gen.request_id, timeout=10))
+        for ev in events:
+            chat.on_event(ev)
+        assert time.monotonic() - t0 < 2
+        assert isinstance(events[-1], p.Done) and events[-1].finish_reason == "cancelled"
+        assert chat.notices[-1] == "[stopped]" and chat.answer.startswith(" w0 w1") and not chat.streaming
+        time.sleep(0.3)
+        with pytest.raises(WorkerError):  # nothing more of that answer arrives
+            client.next_event(0.1)
+        client.stop()
+
+
+def test_a_second_request_while_streaming_is_refused_as_busy(tmp_path: Path) -> None:
+    with scripted_server(lambda write, over: (write(_piece("x")), over.wait(30))) as url:
+        client = RemoteClient(Endpoint("t", normalise_base_url(url), "stub-model"), timeouts=QUICK)
+        client.start()
+        first = client.generate([{"role": "user", "content": "a"}])
+        second = client.generate([{"role": "user", "content": "b"}])
+        with pytest.raises(WorkerError) as err:
+            list(client.events_of(second, timeout=5))
+        assert err.value.kind == "busy"
+        client.cancel(first)
+        client.stop()
+
+
+# -- the CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_adds_lists_and_removes_endpoints(
+    isolated_data: Path, memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("sk-2\n"))
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+    assert cli(["endpoints", "add", "headless", "http://127.0.0.1:1", "--api-key-stdin"]) == 0
+    err = capsys.readouterr().err
+    assert "NOT saved: no OS keyring" in err and "SPECEE_API_KEY=... specee chat --endpoint headless" in err
+    keyring.set_keyring(memory_keyring)
+    with scripted_server(lambda write, over: None) as url:
+        monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("sk-from-stdin\n"))
+        assert cli(["endpoints", "add", "stub", url, "--api-key-stdin", "--model", "stub-model"]) == 0
+        out = capsys.readouterr().out
+        assert f"added stub: {url}/v1" in out and "models: stub-model" in out and "keyring" in out
+        assert memory_keyring.passwords == {("specee-chat", "stub"): "sk-from-stdin"}
+        assert "sk-from-stdin" not in (isolated_data / "endpoints.json").read_text()
+        assert cli(["endpoints", "add", "dead", f"http://127.0.0.1:{_free_port()}"]) == 0  # kept even if down now
+        assert "not available now: cannot connect" in capsys.readouterr().err
+        assert cli(["endpoints"]) == 0
+        out = capsys.readouterr().out
+        assert "stub" in out and "model: stub-model" in out and "API key: OS keyring" in out and "dead" in out
+    assert cli(["endpoints", "add", "bad", "localhost:8080"]) == 2
+    assert "http://" in capsys.readouterr().err
+    assert cli(["endpoints", "remove", "nope"]) == 2
+    assert "stub" in capsys.readouterr().err  # says which exist
+    assert cli(["endpoints", "remove", "stub"]) == 0
+    assert memory_keyring.passwords == {}
+    assert cli(["chat", "--endpoint", "stub"]) == 2
+    assert "no endpoint named 'stub'" in capsys.readouterr().err
+
+
+# -- against real servers -------------------------------------------------------------------------------
+
+
+@SERVER_BUILD_TIMEOUT
+def test_chat_round_trip(openai_server: str, tmp_path: Path) -> None:
+    check_chat_roundtrip(openai_server, tmp_path)
+
+
+@SERVER_BUILD_TIMEOUT
+def test_llama_server_lists_its_model(llama_server: str, model_path: Path) -> None:
+    models = list_models(Endpoint("l", normalise_base_url(llama_server)))
+    assert len(models) == 1 and models[0].id and models[0].meta.get("n_vocab", 0) > 0
+    client = RemoteClient(Endpoint("l", normalise_base_url(llama_server), "no-such-model"), timeouts=QUICK)
+    client.start()
+    with pytest.raises(WorkerError, match=f"no model 'no-such-model'; it offers: {models[0].id}") as err:
+        client.load()
+    assert err.value.kind == "no_model"
+
+
+@SERVER_BUILD_TIMEOUT
+def test_a_wrong_api_key_is_refused_clearly(llama_server_with_key: str, tmp_path: Path) -> None:
+    for key in ("the-wrong-key", None):
+        client = RemoteClient(Endpoint("keyed", normalise_base_url(llama_server_with_key), "any"), key, timeouts=QUICK)
+        client.start()
+        chat = ChatSession(ConversationStore(tmp_path / f"{key}.db"))
+        events = ask(chat, client, chat.send("Hi"))
+        error = events[-1]
+        assert isinstance(error, p.Error) and error.kind == "unauthorized", error
+        assert "HTTP 401" in error.message and "'keyed'" in error.message and "the-wrong-key" not in error.message
+        assert ("check the API key" if key else "has none") in error.message
+        assert chat.restored_question == "Hi" and chat.notices[-1].startswith("**The server refused the API key:**")
+        client.stop()
+    client, chat, _ = connect(llama_server_with_key, tmp_path, key="the-right-key", timeouts=Timeouts(connect=5, read=120))
+    events = ask(chat, client, chat.send("Hi"))
+    assert isinstance(events[-1], p.Done) and chat.answer
+    client.stop()
+
+
+@SERVER_BUILD_TIMEOUT
+def test_specee_chat_talks_to_an_endpoint(llama_server: str, isolated_data: Path) -> None:
+    """`specee endpoints add` then `specee chat --endpoint` in real processes; the key comes from
+    SPECEE_API_KEY there (no keyring), and an unneeded key does no harm."""
+    env = {**os.environ, "SPECEE_DATA_DIR": str(isolated_data), "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring",
+           "SPECEE_API_KEY": "unused"}  # fmt: skip
+    specee = [sys.executable, "-m", "engine.cli"]
+    added = subprocess.run(
+        [*specee, "endpoints", "add", "box", llama_server], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert added.returncode == 0 and "models:" in added.stdout, added.stderr
+    chat = subprocess.run(
+        [*specee, "chat", "--endpoint", "box", "--temperature", "0", "--max-tokens", "16"],
+        input="What is the capital of France?\n/quit\n", env=env, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert chat.returncode == 0, chat.stderr
+    assert "box/" in chat.stderr and "(" + llama_server + "/v1)" in chat.stderr and "tok/s" in chat.stderr
+    assert chat.stdout.replace(">", "").strip()  # the answer
