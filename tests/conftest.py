@@ -10,6 +10,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import platformdirs
@@ -29,8 +30,17 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # spinning OpenMP threads starve every other process (see engine/worker/process.py).
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 os.environ.setdefault("KMP_BLOCKTIME", "0")
+# No test touches the user's OS keyring: this process and every subprocess get keyring's failing
+# backend (as on a headless box); tests that need a keyring opt into `memory_keyring`.
+os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
+os.environ.pop("SPECEE_API_KEY", None)
+
+import keyring  # noqa: E402
+import keyring.backends.fail  # noqa: E402
 
 from engine.models.default_model import DEFAULT_MODEL, download_wheel, ensure_default_model  # noqa: E402
+from engine.remote import endpoints  # noqa: E402
+from tests.remote_servers import MemoryKeyring, build_llama_server, running_llama_server  # noqa: E402
 
 
 def _has_gpu() -> bool:
@@ -106,11 +116,50 @@ def copied_model(model_path: Path, tmp_path: Path) -> Path:
     return out
 
 
+@pytest.fixture(autouse=True)
+def no_real_keyring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts with no keyring at all (as on a headless box), no key kept in this process
+    and none from outside."""
+    previous = keyring.get_keyring()
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+    monkeypatch.setattr(endpoints, "_process_keys", {})
+    monkeypatch.delenv(endpoints.API_KEY_ENV, raising=False)
+    yield
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def memory_keyring(no_real_keyring: None) -> MemoryKeyring:
+    ring = MemoryKeyring()
+    keyring.set_keyring(ring)
+    return ring
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    return build_llama_server()
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_server_binary: Path, model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real llama-server with the default model: an OpenAI-compatible remote engine on 127.0.0.1."""
+    with running_llama_server(llama_server_binary, model_path, tmp_path_factory.mktemp("llama") / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def llama_server_with_key(llama_server_binary: Path, model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same, refusing any request without the API key "the-right-key"."""
+    log = tmp_path_factory.mktemp("llama-key") / "server.log"
+    with running_llama_server(llama_server_binary, model_path, log, "--api-key", "the-right-key") as url:
+        yield url
+
+
 # Tests that need the real model, a worker process, a native build or a download are "slow"; the
 # quick subset (`make test-fast`, `pytest -m "not slow"`) is the Qt-free and pure-Python logic.
 SLOW_FIXTURES = {"model_path", "smollm2_wheel", "window", "worker", "llm", "llms", "q4_k_model", "tiny_models", "heads",
                  "copied_model", "truncated_model", "served", "llama_server_binary", "llama_server", "llama_server_with_key",
-                 "openai_server"}  # fmt: skip
+                 "openai_server", "remote_window"}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

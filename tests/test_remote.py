@@ -1,29 +1,24 @@
 """Remote engines (issue 15): an OpenAI-compatible server answers through the same ChatSession as the
 local worker. Against a real llama-server built from our pinned llama.cpp source (started here on
 127.0.0.1 with the default model), and against small real HTTP servers that misbehave on purpose:
-closed port, silence, garbage, a stream cut short. No test touches the user's real OS keyring.
+closed port, silence, garbage, a stream cut short (tests/remote_servers.py). No test touches the
+user's real OS keyring (tests/conftest.py).
 
 To run the round trip against another server (e.g. `specee serve`), add a fixture that yields its
 base URL and name it in `openai_server`'s params (and in conftest's SLOW_FIXTURES)."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 
 import keyring
-import keyring.backend
 import keyring.backends.fail
-import keyring.errors
 import pytest
 
 from engine import protocol as p
@@ -36,174 +31,11 @@ from engine.remote import endpoints
 from engine.remote.client import RemoteClient, display_model
 from engine.remote.endpoints import Endpoint, EndpointError, EndpointRegistry, api_key, normalise_base_url, store_api_key
 from engine.remote.openai_api import Timeouts, list_models
+from tests.remote_servers import MemoryKeyring, Script, free_port, piece, scripted_server, silent_server
 
 QUICK = Timeouts(connect=2.0, read=1.0)
 # building llama-server (first run on a machine only; `make test` builds it before pytest) takes minutes
 SERVER_BUILD_TIMEOUT = pytest.mark.timeout(1800)
-
-
-# -- keyrings: never the user's ------------------------------------------------------------------
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.passwords: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.passwords.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.passwords[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if self.passwords.pop((service, username), None) is None:
-            raise keyring.errors.PasswordDeleteError("no such password")
-
-
-@pytest.fixture(autouse=True)
-def no_real_keyring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test here starts with no keyring at all (as on a headless box) and no key from outside."""
-    previous = keyring.get_keyring()
-    keyring.set_keyring(keyring.backends.fail.Keyring())
-    monkeypatch.setattr(endpoints, "_process_keys", {})
-    monkeypatch.delenv(endpoints.API_KEY_ENV, raising=False)
-    yield
-    keyring.set_keyring(previous)
-
-
-@pytest.fixture
-def memory_keyring(no_real_keyring: None) -> MemoryKeyring:
-    ring = MemoryKeyring()
-    keyring.set_keyring(ring)
-    return ring
-
-
-# -- small real servers that misbehave -------------------------------------------------------------
-
-
-def _piece(text: str, finish: str | None = None) -> str:
-    return "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}) + "\n\n"
-
-
-Script = Callable[[Callable[[str], None], threading.Event], None]
-
-
-@contextmanager
-def scripted_server(script: Script) -> Iterator[str]:
-    """An HTTP server on 127.0.0.1 whose /v1/models lists "stub-model" and whose chat completions
-    stream whatever `script` writes (it gets write() and an event set when the test is over)."""
-    over = threading.Event()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            body = json.dumps({"object": "list", "data": [{"id": "stub-model", "object": "model", "owned_by": "t"}]})
-            self.send_response(200 if self.path == "/v1/models" else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-
-            def write(raw: str) -> None:
-                self.wfile.write(raw.encode())
-                self.wfile.flush()
-
-            try:
-                script(write, over)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        over.set()
-        server.shutdown()
-        server.server_close()
-
-
-@contextmanager
-def silent_server() -> Iterator[str]:
-    """Listens (the kernel completes connections) but never reads or answers."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(8)
-        yield f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# -- the real llama-server ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def llama_server_binary() -> Path:
-    """Upstream llama-server from the same pinned source, built once per machine (cached by content
-    hash in the native build cache, outside the clone)."""
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "native" / "build.py"), "--server"], stdout=subprocess.PIPE, text=True)
-    assert out.returncode == 0, "native/build.py --server failed (its message is above)"
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
-@contextmanager
-def running_llama_server(binary: Path, model: Path, log: Path, *extra: str) -> Iterator[str]:
-    """llama-server on 127.0.0.1 and a free port; yields its base URL once /health says ready."""
-    import httpx2
-
-    port = _free_port()
-    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1",
-           "-t", "2", "-ngl", "0", *extra]  # fmt: skip
-    with log.open("w") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, f"llama-server exited with {proc.returncode}: {log.read_text()[-2000:]}"
-                assert time.monotonic() < deadline, f"llama-server not ready in 120 s: {log.read_text()[-2000:]}"
-                try:
-                    if httpx2.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                        break
-                except httpx2.HTTPError:
-                    pass
-                time.sleep(0.3)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture(scope="session")
-def llama_server(llama_server_binary: Path, model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_llama_server(llama_server_binary, model_path, tmp_path_factory.mktemp("llama") / "server.log") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def llama_server_with_key(llama_server_binary: Path, model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("llama-key") / "server.log"
-    with running_llama_server(llama_server_binary, model_path, log, "--api-key", "the-right-key") as url:
-        yield url
 
 
 @pytest.fixture(params=["llama_server"])
@@ -330,7 +162,7 @@ def test_a_damaged_endpoints_file_is_set_aside(isolated_data: Path) -> None:
 
 
 def test_a_closed_port_is_unreachable_and_the_question_comes_back(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     client = RemoteClient(Endpoint("gone", normalise_base_url(url), "m"), timeouts=QUICK)
     client.start()
     with pytest.raises(WorkerError) as err:
@@ -357,8 +189,8 @@ def test_a_silent_server_times_out(tmp_path: Path) -> None:
 
 def _part_then(rest: Script) -> Script:
     def script(write: Callable[[str], None], over: threading.Event) -> None:
-        write(_piece("Part of"))
-        write(_piece(" it"))
+        write(piece("Part of"))
+        write(piece(" it"))
         rest(write, over)
 
     return script
@@ -394,7 +226,7 @@ def test_a_failure_mid_answer_keeps_the_part_already_streamed(
 def test_stop_answers_at_once_and_keeps_the_part(tmp_path: Path) -> None:
     def slow(write: Callable[[str], None], over: threading.Event) -> None:
         for i in range(400):
-            write(_piece(f" w{i}"))
+            write(piece(f" w{i}"))
             if over.wait(0.05):
                 return
 
@@ -422,7 +254,7 @@ def test_stop_answers_at_once_and_keeps_the_part(tmp_path: Path) -> None:
 
 
 def test_a_second_request_while_streaming_is_refused_as_busy(tmp_path: Path) -> None:
-    with scripted_server(lambda write, over: (write(_piece("x")), over.wait(30))) as url:
+    with scripted_server(lambda write, over: (write(piece("x")), over.wait(30))) as url:
         client = RemoteClient(Endpoint("t", normalise_base_url(url), "stub-model"), timeouts=QUICK)
         client.start()
         first = client.generate([{"role": "user", "content": "a"}])
@@ -453,7 +285,7 @@ def test_cli_adds_lists_and_removes_endpoints(
         assert f"added stub: {url}/v1" in out and "models: stub-model" in out and "keyring" in out
         assert memory_keyring.passwords == {("specee-chat", "stub"): "sk-from-stdin"}
         assert "sk-from-stdin" not in (isolated_data / "endpoints.json").read_text()
-        assert cli(["endpoints", "add", "dead", f"http://127.0.0.1:{_free_port()}"]) == 0  # kept even if down now
+        assert cli(["endpoints", "add", "dead", f"http://127.0.0.1:{free_port()}"]) == 0  # kept even if down now
         assert "not available now: cannot connect" in capsys.readouterr().err
         assert cli(["endpoints"]) == 0
         out = capsys.readouterr().out
