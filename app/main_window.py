@@ -2,7 +2,8 @@
 acceleration state, Models, Settings, About), the chat as message cards (or, on first run, a
 welcome pane while the default model is prepared), and the composer (system prompt, sampling preset,
 message box, Send/Stop and the answer's actions); engine state, context use and the speed meter in
-the status bar. All engine work happens in the worker process (WorkerBridge)."""
+the status bar. All engine work happens in the worker process or, when the user picks one in the
+switcher, a remote OpenAI-compatible server (WorkerBridge drives either)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
@@ -31,9 +33,10 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.chat_view import ChatView
-from app.header import HeaderBar
+from app.endpoint_dialog import EndpointDialog, ModelLister, remote_error_text
+from app.header import KIND_ROLE, HeaderBar
 from app.model_manager import ModelManager
-from app.model_status import acceleration_state, installed_weights
+from app.model_status import acceleration_state, installed_weights, remote_state
 from app.serve_switch import ServeSwitch
 from app.settings_dialog import SettingsDialog
 from app.sidebar import ConversationSidebar
@@ -47,6 +50,9 @@ from engine.chats.session import ChatSession
 from engine.chats.store import ConversationStore
 from engine.models.default_model import default_model_path, ensure_default_model
 from engine.models.registry import ModelRegistry
+from engine.remote.client import display_model
+from engine.remote.endpoints import EndpointError, EndpointRegistry, api_key
+from engine.remote.openai_api import RemoteError
 from engine.settings import load_settings, save_settings
 
 
@@ -86,6 +92,9 @@ PRESETS = {  # name -> (temperature, top_p)
 }
 
 ORIGINS = {"local": "your file", "hf": "downloaded", "pypi": "downloaded"}  # ModelRecord.source prefixes
+# the switcher's short words for why a remote endpoint's models could not be listed (its tooltip says all)
+LIST_FAILURES = {"unreachable": "unreachable", "unauthorized": "API key refused", "timeout": "not answering"}
+REMOTE_KINDS = ("unreachable", "unauthorized", "timeout", "bad_response")
 EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N starts a new chat, Ctrl+K searches."
 
 
@@ -109,6 +118,14 @@ class MainWindow(QMainWindow):
         self.n_ctx = 0
         self.loaded: p.Loaded | None = None  # what the worker loaded, as it said it
         self.decided: p.AutoDecided | None = None  # what `auto` chose after measuring
+        # remote engines: the saved endpoints, their models as last listed (None: asking now), and
+        # the (endpoint, model id) answering the chat, None while the local model does
+        self.endpoints = EndpointRegistry()
+        self.remote_models: dict[str, list[str] | RemoteError | None] = {}
+        self.remote_target: tuple[str, str] | None = None
+        self.remote_tok_s = 0.0  # the remote engine's speed as measured here (the last answer's)
+        self.lister = ModelLister(self)
+        self.lister.listed.connect(self._on_listed)
 
         self.sidebar = ConversationSidebar(self.store)
         self.sidebar.setObjectName("sidebar")
@@ -156,13 +173,14 @@ class MainWindow(QMainWindow):
         self.trainer: TrainRunner | None = None
         self.restart_button = self._button("Restart engine", "danger")
         self.restart_button.setVisible(False)
-
+        self.local_button = self._button("Use local model")
+        self.local_button.setVisible(False)  # after a remote engine's error: one click back
         self.serve_switch = ServeSwitch(lambda: (self.model_path, self.settings.mode))
         # the status bar, not the chat: a server that fails to start must not interrupt an answer
         self.serve_switch.failed.connect(
             lambda why: (self.state_label.setText(why.splitlines()[0]), self.state_label.setToolTip(why))
         )
-        for b in (self.repair_button, self.restart_button, self.train_button, self.serve_switch):
+        for b in (self.repair_button, self.restart_button, self.local_button, self.train_button, self.serve_switch):
             self.header.add_action(b)
         # the app's places, under the conversations (the header keeps the model and its actions)
         for b in (self.models_button, self.settings_button, self.about_button):
@@ -237,7 +255,10 @@ class MainWindow(QMainWindow):
         self.copy_button.clicked.connect(self.copy_answer)
         self.continue_button.clicked.connect(self.continue_answer)
         self.repair_button.clicked.connect(self.repair_default_model)
-        self.model_switch.activated.connect(lambda i: self._switch_to(self.model_switch.itemData(i)))
+        self.model_switch.activated.connect(self._on_pick)
+        self.model_switch.view().setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.model_switch.view().customContextMenuRequested.connect(self._switcher_menu)
+        self.local_button.clicked.connect(self.use_local_model)
         self.restart_button.clicked.connect(self.start_engine)
         self.models_button.clicked.connect(self.open_model_manager)
         self.settings_button.clicked.connect(self.open_settings)
@@ -302,6 +323,8 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         self.state_label.setText("Starting the engine…")
         self.bridge.start()
+        if not self.remote_models:
+            self.list_remote_models()
         if self.model_path:
             self._load(self.model_path)
         else:
@@ -331,13 +354,147 @@ class MainWindow(QMainWindow):
                 self.model_switch.add_entry(label, m.path, tooltip=f"{m.path}\nsource: {m.source}\n{weights}")
         if self.model_path and self.model_path not in paths:
             self.model_switch.add_entry(Path(self.model_path).stem, self.model_path, tooltip=self.model_path)
-        i = self.model_switch.findData(self.model_path)
-        self.model_switch.setCurrentIndex(max(i, 0))
+        self._add_remote_entries()
+        self._select_current()
         self.model_switch.blockSignals(False)
 
+    def _add_remote_entries(self) -> None:
+        """After the local models: each endpoint's models ("gpu-box / qwen2.5-coder"), or one entry
+        saying why they could not be listed (picking it asks again), then "Add remote engine…"."""
+        switch = self.model_switch
+        if switch.count():
+            switch.insertSeparator(switch.count())
+        for e in self.endpoints.all():
+            listed = self.remote_models.get(e.name)
+            if listed is None:
+                switch.add_entry(f"{e.name} · listing models…", f"{e.name}\n", "remote", f"Asking {e.url('models')}")
+            elif isinstance(listed, RemoteError):
+                short = LIST_FAILURES.get(str(listed.kind), "cannot be used")
+                switch.add_entry(f"{e.name} · {short} (pick to retry)", f"{e.name}\n", "remote", remote_error_text(listed))
+            elif not listed:
+                tip = f"{e.base_url} lists no models"
+                switch.add_entry(f"{e.name} · no models (pick to retry)", f"{e.name}\n", "remote", tip)
+            for model in listed if isinstance(listed, list) else []:
+                tip = f"{model}\nanswered by {e.name} ({e.base_url}), an OpenAI-compatible server"
+                switch.add_entry(f"{e.name} / {display_model(model)}", f"{e.name}\n{model}", "remote", tip)
+        switch.add_entry("Add remote engine…", "", "add-remote", "Chat with a model on another machine or a hosted API")
+
+    def _select_current(self) -> None:
+        """The entry of the engine answering the chat (the switcher shows nothing else as chosen)."""
+        target = "\n".join(self.remote_target) if self.remote_target else self.model_path
+        self.model_switch.blockSignals(True)
+        self.model_switch.setCurrentIndex(max(self.model_switch.findData(target), 0))
+        self.model_switch.blockSignals(False)
+
+    def _on_pick(self, i: int) -> None:
+        kind, target = self.model_switch.itemData(i, KIND_ROLE), self.model_switch.itemData(i)
+        if kind == "remote":
+            name, _, model = target.partition("\n")
+            if model:
+                self.switch_remote(name, model)
+            else:
+                self._select_current()
+                self.list_remote_models([name])
+        elif kind == "add-remote":
+            self._select_current()
+            self.open_endpoint_dialog()
+        else:
+            self._switch_to(target)
+
     def _switch_to(self, path: str | None) -> None:
-        if path and path != self.model_path:
+        if path and (path != self.model_path or self.bridge.is_remote):
             self.switch_model(path)
+
+    # -- remote engines --------------------------------------------------------------------------------
+
+    def list_remote_models(self, names: list[str] | None = None) -> None:
+        """Ask the endpoints (all, or these) for their models, off the GUI thread."""
+        for e in self.endpoints.all():
+            if names is None or e.name in names:
+                self.remote_models[e.name] = None
+                self.lister.list(e.name, e, lambda name=e.name: api_key(name))
+        self.refresh_models()
+
+    def _on_listed(self, name: str, result: list[str] | RemoteError) -> None:
+        if name in self.remote_models:
+            self.remote_models[name] = result
+            self.refresh_models()
+
+    def switch_remote(self, name: str, model: str) -> None:
+        """Chat with this endpoint's model: the same conversation goes on, each answer records which
+        engine wrote it; the local worker stays loaded for the way back."""
+        if self.request_id:
+            self.stop_answer()
+        try:
+            endpoint = self.endpoints.get(name)
+        except EndpointError as exc:  # removed meanwhile (e.g. with `specee endpoints remove`)
+            self._show_error(p.ErrorKind.BAD_REQUEST, str(exc))
+            self.list_remote_models()
+            return
+        self.model_loaded = False
+        self._set_busy(False)
+        self.remote_target, self.remote_tok_s = (name, model), 0.0
+        self.bridge.use_remote(endpoint, api_key(name))
+        self.local_button.setVisible(False)
+        self.serve_switch.set_blocked(
+            f"Serve API serves a local model; the chat now uses {name} (remote). Switch to a local model to serve it."
+        )
+        self._select_current()
+        self.state_label.setText(f"Connecting to {name} / {display_model(model)}…")
+        self.bridge.send(p.Load(model_path=model))
+
+    def use_local_model(self) -> None:
+        """Back from a remote engine to the local model (instant when the worker still has it loaded)."""
+        if self.model_path:
+            self.switch_model(self.model_path)
+
+    def _leave_remote(self, replay: bool) -> bool:
+        self.remote_target, self.remote_tok_s = None, 0.0
+        self.local_button.setVisible(False)
+        self.serve_switch.set_blocked("")
+        return self.bridge.use_local(replay)
+
+    def open_endpoint_dialog(self) -> EndpointDialog:
+        dialog = EndpointDialog(self.endpoints, self)
+        dialog.saved.connect(self._on_endpoint_saved)
+        dialog.removed.connect(self._on_endpoint_removed)
+        dialog.show()
+        return dialog
+
+    def _on_endpoint_saved(self, name: str, models: list[str], why: str) -> None:
+        if models:
+            self.remote_models[name] = models
+            self.refresh_models()
+        else:
+            self.list_remote_models([name])
+        if why:
+            self.state_label.setText(f"The API key for {name} is kept for this session only: {why}")
+            self._error_shown = True
+
+    def remove_endpoint(self, name: str) -> None:
+        """Remove a saved endpoint (its API key leaves the keyring too)."""
+        try:
+            self.endpoints.remove(name)
+        except EndpointError:
+            pass  # already gone
+        self._on_endpoint_removed(name)
+
+    def _on_endpoint_removed(self, name: str) -> None:
+        self.remote_models.pop(name, None)
+        if self.remote_target and self.remote_target[0] == name:
+            self.use_local_model()
+        self.refresh_models()
+
+    def _switcher_menu(self, pos) -> None:  # type: ignore[no-untyped-def]
+        view = self.model_switch.view()
+        index = view.indexAt(pos)
+        if index.data(KIND_ROLE) != "remote":
+            return
+        name = str(index.data(Qt.ItemDataRole.UserRole)).partition("\n")[0]
+        menu = QMenu(view)
+        menu.addAction(f"List {name}'s models again", lambda: self.list_remote_models([name]))
+        menu.addAction(f"Remove {name} (and forget its API key)", lambda: self.remove_endpoint(name))
+        menu.exec(view.mapToGlobal(pos))
 
     def repair_default_model(self) -> None:
         """The default model's file is damaged: fetch it again (verified), then load it."""
@@ -349,12 +506,14 @@ class MainWindow(QMainWindow):
         resolver.run(repair=True)
 
     def _load(self, path: str) -> None:
+        if self.bridge.is_remote:
+            self._leave_remote(replay=False)
         self.model_path = path
         self.refresh_models()
         self.state_label.setText(f"Loading {Path(path).name}…")
         s = self.settings
         # layout "auto": the worker plans where the layers go and says why in Loaded.plan
-        self.bridge.send(p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode))
+        self.bridge.send(p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode), self.bridge.local)
         self.serve_switch.restart()  # if serving: the API serves the model the window uses
 
     def open_model_manager(self) -> ModelManager:
@@ -365,14 +524,18 @@ class MainWindow(QMainWindow):
         return dialog
 
     def open_settings(self) -> SettingsDialog:
-        dialog = SettingsDialog(self.settings, self.loaded, self.decided, self)
+        local = self.bridge.is_remote  # the settings are the local model's
+        loaded, decided = (self.bridge.local_loaded, self.bridge.local_decided) if local else (self.loaded, self.decided)
+        dialog = SettingsDialog(self.settings, loaded, decided, self)
 
         def apply() -> None:
             new = dialog.result_settings(self.settings)
             if new != self.settings:
                 self.settings = new
                 save_settings(new)
-                if self.model_path:
+                if self.bridge.is_remote:  # the local model loads with them when the chat goes back to it
+                    self.bridge.local_loaded = self.bridge.local_decided = None
+                elif self.model_path:
                     self.switch_model(self.model_path)
 
         dialog.accepted.connect(apply)
@@ -403,6 +566,10 @@ class MainWindow(QMainWindow):
             self.stop_answer()
         self.model_loaded = False
         self._set_busy(False)
+        if self.bridge.is_remote and path == self.model_path and self.bridge.local_loaded is not None:
+            self._leave_remote(replay=True)  # the worker kept it loaded: back at once
+            self.refresh_models()
+            return
         self._load(path)
 
     def closeEvent(self, event: QCloseEvent) -> None:
@@ -576,10 +743,13 @@ class MainWindow(QMainWindow):
             self.n_ctx = msg.n_ctx
             self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
-            self._status = (
-                f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}",
-                msg.mode_reason or f"acceleration: {msg.mode}",
-            )
+            if msg.mode == "remote":
+                self._status = (f"{msg.name} · remote · {msg.model_path}", msg.plan)
+            else:
+                self._status = (
+                    f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}",
+                    msg.mode_reason or f"acceleration: {msg.mode}",
+                )
             self._show_status()
             self.train_button.setVisible(msg.trainable)
             self._set_busy(False)
@@ -590,6 +760,9 @@ class MainWindow(QMainWindow):
         elif changed == "stats":
             assert isinstance(msg, p.Stats)
             self.meter.update_stats(msg)
+            if msg.mode == "remote" and msg.decode_tok_s > 0:
+                self.remote_tok_s = msg.decode_tok_s
+                self._show_acceleration()
             if self.n_ctx:
                 self.context_label.setText(f"context {msg.n_ctx_used}/{self.n_ctx}")
         elif changed == "notice":
@@ -621,6 +794,12 @@ class MainWindow(QMainWindow):
         if kind == "worker_died":
             self.model_loaded = False
             self.restart_button.setVisible(True)
+        if self.remote_target and self.model_path:
+            # whatever the server's trouble, the local model is one click away
+            self.local_button.setToolTip(f"Chat with {Path(self.model_path).name} on this computer again")
+            self.local_button.setVisible(True)
+        if self.remote_target and not self.model_loaded and kind in REMOTE_KINDS:
+            self.list_remote_models([self.remote_target[0]])  # the switcher says so too
         if kind in (p.ErrorKind.MODEL_FILE, p.ErrorKind.LOAD_FAILED) and self._is_default_model(self.model_path):
             self.repair_button.setVisible(True)  # "download it again" with a button that does it
         self._set_busy(False)
@@ -632,7 +811,10 @@ class MainWindow(QMainWindow):
         self.view.show_conversation(self.messages, self.notices, EMPTY_HINT)
 
     def _show_acceleration(self) -> None:
-        badge, why = acceleration_state(self.loaded, self.decided)
+        if self.loaded is not None and self.loaded.mode == "remote":
+            badge, why = remote_state(self.loaded, self.remote_tok_s)
+        else:
+            badge, why = acceleration_state(self.loaded, self.decided)
         self.accel_badge.setText(badge)
         self.accel_badge.setToolTip(why)
 

@@ -59,3 +59,10 @@ def measured_speeds_text(speeds: dict[str, float]) -> str:
         rel = f" ({tok_s / base:.2f}x)" if base and mode != "vanilla" else ""
         parts.append(f"{MODE_NAMES.get(mode, mode)} {tok_s:.1f} tok/s{rel}")
     return ", ".join(parts)
+
+
+def remote_state(loaded: p.Loaded, tok_s: float) -> tuple[str, str]:
+    """(badge, tooltip) while a remote engine answers: "remote · 41.2 tok/s measured" once an
+    answer has streamed (the speed measured here, network included), and where the answers come from."""
+    badge = f"remote · {tok_s:.1f} tok/s measured" if tok_s > 0 else "remote"
+    return badge, f"{loaded.name}: {loaded.plan}"

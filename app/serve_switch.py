@@ -28,6 +28,9 @@ def _port_free(port: int) -> bool:
     return False
 
 
+SERVE_TIP = "Let other tools on this computer use this model through an OpenAI-compatible API"
+
+
 class ServeSwitch(QWidget):
     """A toggle plus the address (click: copied). target() gives (model path, mode) to serve."""
 
@@ -43,7 +46,8 @@ class ServeSwitch(QWidget):
         self.toggle = QPushButton("Serve API")
         self.toggle.setCheckable(True)
         self.toggle.setAccessibleName("Serve an OpenAI-compatible API")
-        self.toggle.setToolTip("Let other tools on this computer use this model through an OpenAI-compatible API")
+        self.toggle.setToolTip(SERVE_TIP)
+        self.blocked = ""  # why it cannot be switched on now (a remote engine answers the chat)
         self.address = QPushButton("")
         self.address.setObjectName("serveAddress")
         self.address.setFlat(True)
@@ -70,7 +74,9 @@ class ServeSwitch(QWidget):
         return bool(self.url) and self.server is not None and self.server.alive
 
     def _on_toggled(self, on: bool) -> None:
-        if on and self.server is None:
+        if on and self.blocked:
+            self._reset()
+        elif on and self.server is None:
             self._start()
         elif not on:
             self.shutdown()
@@ -112,6 +118,14 @@ class ServeSwitch(QWidget):
             self._reset()
             self.failed.emit(f"The API server could not start: {why}")
 
+    def set_blocked(self, why: str) -> None:
+        """why: the switch cannot be turned on now (shown as its tooltip); "" lifts that. A server
+        already running keeps serving the local model and can still be stopped."""
+        self.blocked = why
+        if not self.server:
+            self.toggle.setEnabled(not why)
+            self.toggle.setToolTip(why or SERVE_TIP)
+
     def restart(self) -> None:
         """Serve the window's current model (after a switch), if serving."""
         if self.server is not None:
@@ -131,7 +145,8 @@ class ServeSwitch(QWidget):
     def _reset(self) -> None:
         self.url = ""
         self.address.setVisible(False)
-        self.toggle.setEnabled(True)
+        self.toggle.setEnabled(not self.blocked)
+        self.toggle.setToolTip(self.blocked or SERVE_TIP)
         self.toggle.setText("Serve API")
         self.toggle.blockSignals(True)
         self.toggle.setChecked(False)

@@ -48,12 +48,26 @@ def _keep_line_breaks(text: str) -> str:
     return "".join(out)
 
 
+def remote_engine(engine: str) -> str:
+    """"gpu-box / qwen2.5-coder" for a stored engine label "remote:gpu-box/qwen2.5-coder" (see
+    ChatSession.engine; an endpoint's name holds no '/', a model id may); "" for a local one."""
+    if not engine.startswith("remote:"):
+        return ""
+    endpoint, _, model = engine.removeprefix("remote:").partition("/")
+    return f"{endpoint} / {model}" if model else endpoint
+
+
 def message_footer(m: dict) -> list[str]:
-    """The lines under an answer: its speed and mode, and whether it was interrupted."""
+    """The lines under an answer: its speed and mode (or, from a remote engine, which one
+    answered), and whether it was interrupted."""
     stats = m.get("stats") or {}
     lines = []
+    remote = remote_engine(m.get("engine") or "") if m["role"] == "assistant" else ""
     if m["role"] == "assistant" and stats.get("decode_tok_s"):
-        lines.append(f"{stats['decode_tok_s']:.1f} tok/s · {stats.get('n_generated', 0)} tokens · {stats.get('mode', '')}")
+        how = f"via {remote}" if remote else stats.get("mode", "")
+        lines.append(f"{stats['decode_tok_s']:.1f} tok/s · {stats.get('n_generated', 0)} tokens · {how}")
+    elif remote:
+        lines.append(f"via {remote}")
     if m["role"] == "assistant" and m.get("interrupted"):
         lines.append("[interrupted: Continue or Regenerate]")
     return lines
