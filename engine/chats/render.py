@@ -49,7 +49,7 @@ def _keep_line_breaks(text: str) -> str:
 
 
 def remote_engine(engine: str) -> str:
-    """"gpu-box / qwen2.5-coder" for a stored engine label "remote:gpu-box/qwen2.5-coder" (see
+    """The endpoint and model ("gpu-box / qwen2.5-coder") of a stored engine label "remote:gpu-box/qwen2.5-coder" (see
     ChatSession.engine; an endpoint's name holds no '/', a model id may); "" for a local one."""
     if not engine.startswith("remote:"):
         return ""
