@@ -741,6 +741,8 @@ class MainWindow(QMainWindow):
             self._show_acceleration()
             self.pages.setCurrentWidget(self.pages.widget(0))  # first run over: straight into the chat
             self.n_ctx = msg.n_ctx
+            if not msg.n_ctx:  # a remote engine does not say: the local model's count is not its
+                self.context_label.setText("")
             self.plan_text = msg.plan
             self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             if msg.mode == "remote":

@@ -1,8 +1,9 @@
 """Screenshots for the README: the first-run pane, the main window (light and dark) with a streamed
 answer and the speed meter, the model switcher open, the settings page explaining the plan, and the
-model manager mid-download from a local hub server serving the real model.
+model manager mid-download from a local hub server serving the real model, and the switcher with a
+remote engine (a real llama-server on 127.0.0.1 that has just answered).
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots] [--remote-only]
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--theme", choices=["light", "dark"], required=False)
+    ap.add_argument("--remote-only", action="store_true", help="only model-switcher-remote-light.png")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"  # never the user's keyring
+    if args.remote_only:
+        os.environ["SPECEE_THEME"] = "light"
+        return remote_switcher(out)
     if args.theme is None:  # one process per theme: a palette is per application
         import subprocess
 
@@ -152,6 +158,81 @@ def main() -> int:
     QTimer.singleShot(0, ask)
     QTimer.singleShot(180_000, app.quit)
     app.exec()
+    if args.theme == "light":
+        remote_switcher(out)
+    return 0
+
+
+def remote_switcher(out: Path) -> int:
+    """The switcher open on a remote engine's entry, after it answered (badge: remote · tok/s)."""
+    import subprocess
+
+    if "--remote-only" not in sys.argv:  # a fresh process: one QApplication (and palette) each
+        cmd = [sys.executable, "-m", "tests.make_screenshots", "--out", str(out), "--remote-only"]
+        return subprocess.run(cmd, check=True, cwd=ROOT).returncode
+    tmp = Path(tempfile.mkdtemp(prefix="specee-shots-remote-"))
+    from PySide6.QtCore import QPoint, Qt, QTimer
+    from PySide6.QtGui import QPainter
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.theme import apply_theme
+    from engine import protocol as p
+    from engine.chats.store import ConversationStore
+    from engine.models.default_model import ensure_default_model
+    from engine.remote.endpoints import Endpoint, EndpointRegistry
+    from tests.remote_servers import build_llama_server, running_llama_server
+
+    model = ensure_default_model()
+    os.environ["SPECEE_DATA_DIR"] = str(tmp / "data")
+    with running_llama_server(build_llama_server(), model, tmp / "server.log") as url:
+        EndpointRegistry().add(Endpoint("lab-server", url))
+        app = QApplication(sys.argv)
+        app.setEffectEnabled(Qt.UIEffect.UI_AnimateCombo, False)
+        apply_theme(app)
+        w = MainWindow(model_path=model, sampling=p.Sampling.greedy(60), store=ConversationStore(tmp / "chats.db"))
+        w.resize(1180, 760)
+        w.show()
+        w.start_engine()
+
+        def pick() -> None:
+            s = w.model_switch
+            i = next((i for i in range(s.count()) if s.itemText(i).startswith("lab-server / ")), -1)
+            if not w.model_loaded or i < 0:
+                QTimer.singleShot(100, pick)
+                return
+            s.setCurrentIndex(i)
+            s.activated.emit(i)
+            QTimer.singleShot(100, ask)
+
+        def ask() -> None:
+            if not w.model_loaded:
+                QTimer.singleShot(100, ask)
+                return
+            w.input.setPlainText("In one sentence: why run a model on another machine?")
+            w.send_message()
+            QTimer.singleShot(100, shoot)
+
+        def shoot() -> None:
+            if w.request_id:
+                QTimer.singleShot(100, shoot)
+                return
+            w.model_switch.showPopup()
+            app.processEvents()
+            popup = w.model_switch.view().window()
+            shot = w.grab()
+            painter = QPainter(shot)  # the popup is its own window: paint it where it opens
+            painter.drawPixmap(popup.pos() - w.mapToGlobal(QPoint(0, 0)), popup.grab())
+            painter.end()
+            shot.save(str(out / "model-switcher-remote-light.png"))
+            w.model_switch.hidePopup()
+            w.close()
+            app.quit()
+
+        QTimer.singleShot(0, pick)
+        QTimer.singleShot(180_000, app.quit)
+        app.exec()
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
