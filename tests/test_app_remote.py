@@ -174,3 +174,29 @@ def test_the_connection_test_says_when_the_key_is_refused(qtbot, llama_server_wi
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()  # no keyring here: said plainly
     assert dialog.isVisible() and "kept for this session only" in dialog.result.text()
     assert EndpointRegistry().get("keyed").base_url == llama_server_with_key + "/v1"
+
+
+def test_the_idle_local_worker_never_speaks_for_the_remote_engine(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """While a remote engine answers, what the local worker says about itself (auto finishing its
+    measurement, a reload) is kept and told when the window uses it again; a request's events pass."""
+    from app.worker_bridge import WorkerBridge
+
+    bridge = WorkerBridge()
+    seen: list[p.Message] = []
+    bridge.event.connect(seen.append)
+    local = p.Loaded(name="local-model", mode=p.Mode.AUTO)
+    bridge._local_event.emit(local)  # as the worker's reader thread does
+    assert seen == [local]
+    bridge.use_remote(Endpoint("box", "http://127.0.0.1:9/v1"), None)  # nothing is contacted yet
+    decided = p.AutoDecided(mode=p.Mode.NGRAM, measured_tok_s={"ngram": 50.0})
+    done = p.Done(request_id="r1", finish_reason="cancelled")
+    note = p.Notice(message="the worker says something")
+    for msg in (decided, done, note):
+        bridge._local_event.emit(msg)
+    assert seen == [local, done]  # only the stopped local answer's end, which its chat waits for
+    assert bridge.is_remote and bridge.local_loaded is local and bridge.local_decided is decided
+    bridge._remote_event.emit(bridge.remote, p.Ready(pid=0))  # the remote's Ready is not the worker's build
+    assert seen == [local, done]
+    assert bridge.use_local(replay=True)
+    assert seen == [local, done, local, decided, note] and not bridge.is_remote
+    bridge.shutdown()

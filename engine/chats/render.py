@@ -49,8 +49,9 @@ def _keep_line_breaks(text: str) -> str:
 
 
 def remote_engine(engine: str) -> str:
-    """The endpoint and model ("gpu-box / qwen2.5-coder") of a stored engine label "remote:gpu-box/qwen2.5-coder" (see
-    ChatSession.engine; an endpoint's name holds no '/', a model id may); "" for a local one."""
+    """The endpoint and model ("gpu-box / qwen2.5-coder") of a stored engine label
+    "remote:gpu-box/qwen2.5-coder" (ChatSession.engine; an endpoint's name holds no '/', a model
+    id may); "" for a local engine's label."""
     if not engine.startswith("remote:"):
         return ""
     endpoint, _, model = engine.removeprefix("remote:").partition("/")
