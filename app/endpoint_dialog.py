@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.theme import DARK, LIGHT
 from engine.chats.session import ERROR_TITLES
 from engine.remote.endpoints import Endpoint, EndpointError, EndpointRegistry, check_name, normalise_base_url, store_api_key
 from engine.remote.openai_api import RemoteError, Timeouts, list_models
@@ -91,6 +92,8 @@ class EndpointDialog(QDialog):
         self.result.setWordWrap(True)
         self.result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.result.setAccessibleName("Connection test result")
+        self.result.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.result.setMinimumHeight(self.fontMetrics().lineSpacing() * 5)  # a long error, wrapped
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Close)
 
         saved_row = QHBoxLayout()
@@ -109,8 +112,7 @@ class EndpointDialog(QDialog):
         layout.addWidget(QLabel("Add an OpenAI-compatible server"))
         layout.addLayout(form)
         layout.addLayout(test_row)
-        layout.addWidget(self.result)
-        layout.addStretch()
+        layout.addWidget(self.result, 1)
         layout.addWidget(self.buttons)
         self.resize(560, 420)
 
@@ -143,8 +145,8 @@ class EndpointDialog(QDialog):
 
     def _say(self, text: str, error: bool = False) -> None:
         self.result.setText(text)
-        self.result.setObjectName("error" if error else "")
-        self.result.setProperty("error", error)
+        dark = self.palette().window().color().lightness() < 128
+        self.result.setStyleSheet(f"color: {(DARK if dark else LIGHT).danger}" if error else "")
 
     def test_connection(self) -> None:
         endpoint = self._endpoint()
