@@ -155,11 +155,28 @@ def llama_server_with_key(llama_server_binary: Path, model_path: Path, tmp_path_
         yield url
 
 
+@pytest.fixture(scope="session")
+def specee_serve(model_path: Path) -> Iterator[str]:
+    """Our own `specee serve` (its own process and worker) with the default model: the other remote engine."""
+    from engine.serve.launcher import ServerProcess
+
+    with ServerProcess(model=model_path, mode="vanilla") as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def specee_serve_with_key(model_path: Path) -> Iterator[str]:
+    from engine.serve.launcher import ServerProcess
+
+    with ServerProcess(model=model_path, mode="vanilla", api_key="the-right-key") as server:
+        yield server.url
+
+
 # Tests that need the real model, a worker process, a native build or a download are "slow"; the
 # quick subset (`make test-fast`, `pytest -m "not slow"`) is the Qt-free and pure-Python logic.
 SLOW_FIXTURES = {"model_path", "smollm2_wheel", "window", "worker", "llm", "llms", "q4_k_model", "tiny_models", "heads",
                  "copied_model", "truncated_model", "served", "llama_server_binary", "llama_server", "llama_server_with_key",
-                 "openai_server", "remote_window"}  # fmt: skip
+                 "specee_serve", "specee_serve_with_key", "openai_server", "keyed_server", "remote_window"}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -38,9 +38,16 @@ QUICK = Timeouts(connect=2.0, read=1.0)
 SERVER_BUILD_TIMEOUT = pytest.mark.timeout(1800)
 
 
-@pytest.fixture(params=["llama_server"])
+@pytest.fixture(params=["llama_server", "specee_serve"])
 def openai_server(request: pytest.FixtureRequest) -> str:
-    """The base URL of each real OpenAI-compatible server the round trip runs against."""
+    """The base URL of each real OpenAI-compatible server the round trip runs against: upstream
+    llama-server from the same pinned sources, and our own `specee serve`."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["llama_server_with_key", "specee_serve_with_key"])
+def keyed_server(request: pytest.FixtureRequest) -> str:
+    """The same servers, refusing any request without the API key "the-right-key"."""
     return request.getfixturevalue(request.param)
 
 
@@ -320,9 +327,9 @@ def test_llama_server_lists_its_model(llama_server: str, model_path: Path) -> No
 
 
 @SERVER_BUILD_TIMEOUT
-def test_a_wrong_api_key_is_refused_clearly(llama_server_with_key: str, tmp_path: Path) -> None:
+def test_a_wrong_api_key_is_refused_clearly(keyed_server: str, tmp_path: Path) -> None:
     for key in ("the-wrong-key", None):
-        client = RemoteClient(Endpoint("keyed", normalise_base_url(llama_server_with_key), "any"), key, timeouts=QUICK)
+        client = RemoteClient(Endpoint("keyed", normalise_base_url(keyed_server), "any"), key, timeouts=QUICK)
         client.start()
         chat = ChatSession(ConversationStore(tmp_path / f"{key}.db"))
         events = ask(chat, client, chat.send("Hi"))
@@ -332,7 +339,7 @@ def test_a_wrong_api_key_is_refused_clearly(llama_server_with_key: str, tmp_path
         assert ("check the API key" if key else "has none") in error.message
         assert chat.restored_question == "Hi" and chat.notices[-1].startswith("**The server refused the API key:**")
         client.stop()
-    client, chat, _ = connect(llama_server_with_key, tmp_path, key="the-right-key", timeouts=Timeouts(connect=5, read=120))
+    client, chat, _ = connect(keyed_server, tmp_path, key="the-right-key", timeouts=Timeouts(connect=5, read=120))
     events = ask(chat, client, chat.send("Hi"))
     assert isinstance(events[-1], p.Done) and chat.answer
     client.stop()
