@@ -99,6 +99,7 @@ EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N star
 
 
 class MainWindow(QMainWindow):
+    DEFAULT_SIZE = (1040, 700)  # a first start's size: the status bar's meter must fit in it
     def __init__(
         self, model_path: str | Path | None = None, sampling: p.Sampling | None = None, store: ConversationStore | None = None
     ) -> None:
@@ -108,7 +109,7 @@ class MainWindow(QMainWindow):
         self._status = ("", "")  # the loaded model's status line and its tooltip
         self.native_info: dict | None = None  # Ready.native of the running worker
         self._error_shown = False
-        self.resize(1040, 700)
+        self.resize(*self.DEFAULT_SIZE)
         self.model_path = str(model_path) if model_path else None
         self.store = store or ConversationStore()
         self.chat = ChatSession(self.store, sampling or p.Sampling(), settings={"preset": "Balanced"})
@@ -176,10 +177,7 @@ class MainWindow(QMainWindow):
         self.local_button = self._button("Use local model")
         self.local_button.setVisible(False)  # after a remote engine's error: one click back
         self.serve_switch = ServeSwitch(lambda: (self.model_path, self.settings.mode))
-        # the status bar, not the chat: a server that fails to start must not interrupt an answer
-        self.serve_switch.failed.connect(
-            lambda why: (self.state_label.setText(why.splitlines()[0]), self.state_label.setToolTip(why))
-        )
+        self.serve_switch.failed.connect(self._on_serve_failed)
         for b in (self.repair_button, self.restart_button, self.local_button, self.train_button, self.serve_switch):
             self.header.add_action(b)
         # the app's places, under the conversations (the header keeps the model and its actions)

@@ -372,7 +372,8 @@ class Loaded(Message):
 @dataclass
 class AutoDecided(Message):
     """`auto` finished measuring in the background (the load answered in vanilla meanwhile) and now
-    runs `mode`; later answers use it."""
+    runs `mode`; later answers use it. Also sent, with the mode unchanged, when an explicitly chosen
+    mode's vanilla reference was measured (the meter's "x vanilla")."""
 
     TYPE: ClassVar[str] = "auto_decided"
     mode: Mode = Mode.VANILLA

@@ -454,3 +454,25 @@ def test_the_serve_switch_serves_the_windows_model_and_shows_its_address(qtbot, 
     switch.toggle.click()
     assert not switch.serving and not switch.address.isVisible() and switch.toggle.text() == "Serve API"
     qtbot.waitUntil(lambda: not server.alive, timeout=30_000)
+
+
+def test_the_meter_shows_the_speedup_over_vanilla_and_fits_the_window(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """Issue 14 item 8: the SpecEE numbers were cut at the default width and "x vanilla" never
+    appeared (an explicit mode had no vanilla speed to compare with; the worker now measures one)."""
+    idle_window.on_event(p.Loaded(name="SmolLM2", n_layer=30, n_ctx=4096, n_threads=2, mode="specee", measuring=True))
+    idle_window.on_event(
+        p.AutoDecided(mode="specee", mode_reason="vanilla measured here: 60.0 tok/s", measured_tok_s={"vanilla": 60.0})
+    )
+    accel = {"steps": 10, "exit_rate": 0.075, "mean_layers": 29.9, "n_layer": 30, "cand_hit_rate": 0.773}
+    idle_window.context_label.setText("context 1306/4096")
+    idle_window.meter.update_stats(
+        p.Stats(mode="specee", decode_tok_s=65.0, prefill_tok_s=400, ttft_ms=1200, n_generated=10, accel=accel)
+    )
+    qtbot.wait(50)
+    label = idle_window.meter.label
+    assert "1.08x vanilla" in label.text() and "exits 8% · 29.9/30 layers · hit 77%" in label.text()
+    assert label.width() >= label.sizeHint().width(), "the meter is cut"
+    assert idle_window.width() <= MainWindow.DEFAULT_SIZE[0]  # at the window's default width, or narrower
+    assert "prompt 400 tok/s" in label.toolTip() and "candidates hit 77%" in label.toolTip()
+    idle_window.meter.update_stats(p.Stats(mode="remote", decode_tok_s=30.0, n_generated=12))
+    assert "vanilla" not in label.text()  # a remote engine is not compared with the local vanilla

@@ -253,3 +253,24 @@ def test_loaded_carries_the_models_acceleration_as_flags(worker: WorkerClient, m
     assert auto.measuring != bool(auto.measured_tok_s)
     assert not auto.measuring or auto.mode is p.Mode.VANILLA
     worker.load_intent(p.Load(str(model_path), p.Placement(n_ctx=1024)))  # no background measuring for later tests
+
+
+def test_an_explicit_mode_gets_a_vanilla_reference_measured_without_switching(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The meter's "x vanilla" needs vanilla's speed here: an explicitly chosen mode with none measured
+    yet has it measured while the engine is idle; the mode stays, and answers stay exact."""
+    monkeypatch.setenv("SPECEE_CACHE_DIR", str(tmp_path / "cache"))  # nothing measured on this "machine" yet
+    messages = [{"role": "user", "content": "Name three colours."}]
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=1024))
+        _, reference = run(client, messages, p.Sampling.greedy(24))
+        loaded = client.load(model_path, p.Placement(n_ctx=1024), mode="ngram")
+        assert loaded.mode == "ngram" and loaded.measuring and not loaded.measured_tok_s
+        decided = client.wait_for(p.AutoDecided, timeout=120)
+        assert isinstance(decided, p.AutoDecided) and decided.mode == "ngram" and decided.measured_tok_s["vanilla"] > 0
+        assert "vanilla measured here" in decided.mode_reason
+        _, done = run(client, messages, p.Sampling.greedy(24))
+        assert done.text == reference.text  # ngram is lossless, and the measurement left no stale cache behind
+        again = client.load(model_path, p.Placement(n_ctx=1024), mode="ngram")
+        assert not again.measuring and again.measured_tok_s["vanilla"] == decided.measured_tok_s["vanilla"]  # cached

@@ -91,6 +91,7 @@ class Session:
         self.mode_reason = ""
         self.measured: dict[str, float] = {}
         self._auto: auto.AutoCalibration | None = None  # auto's measurement in progress
+        self._keep_mode = False  # ... or an explicit mode's vanilla reference (the mode stays)
         self._auto_key_pending = ""
         self._decisions = auto.DecisionCache(cache_dir() / "auto-mode.json")
         makers, why_not, acceleration = self._available_modes(load, Path(load.model_path))
@@ -130,7 +131,12 @@ class Session:
             if load.mode not in makers:
                 raise LoadError(*why_not[load.mode])
             self.measured = self._decisions.speeds_like(self._auto_key(model_path, sorted(makers)))
-            return p.Mode(load.mode), makers[load.mode]()
+            decoder = makers[load.mode]()
+            if not self.measured.get("vanilla"):
+                # the meter says how the chosen mode compares with vanilla: measure vanilla here while
+                # idle (once per model, weights, build and machine), never switching the chosen mode
+                self._calibrate({}, self._auto_key(model_path, []), keep_mode=True)
+            return p.Mode(load.mode), decoder
         makers = {m: make for m, make in makers.items() if m not in why_not}  # auto skips an unmeasured head
         key = self._auto_key(model_path, sorted(makers))
         cached = self._decisions.get(key)
@@ -139,13 +145,18 @@ class Session:
             self.mode_reason = auto.explain(cached["speeds"], cached["mode"], cached.get("failed"))
             mode = p.Mode(cached["mode"])
             return mode, makers[mode]() if mode != p.Mode.VANILLA else VanillaDecoder(self.llm)
+        self.mode_reason = f"auto: measuring {', '.join(makers)} against vanilla in the background; vanilla until then"
+        return p.Mode.VANILLA, self._calibrate(makers, key, keep_mode=False)
+
+    def _calibrate(self, makers: dict, key: str, keep_mode: bool) -> VanillaDecoder:
+        """Start measuring `makers` against vanilla in the background (AutoCalibration); keep_mode:
+        an explicit mode stays whatever the result, only the speeds are wanted. Returns vanilla's decoder."""
         vanilla = VanillaDecoder(self.llm)
         budget = self.llm.n_ctx() // 2
         prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
         self._auto = auto.AutoCalibration(prompts, makers, vanilla)
-        self._auto_key_pending = key
-        self.mode_reason = f"auto: measuring {', '.join(makers)} against vanilla in the background; vanilla until then"
-        return p.Mode.VANILLA, vanilla
+        self._auto_key_pending, self._keep_mode = key, keep_mode
+        return vanilla
 
     def _available_modes(self, load: p.Load, model_path: Path) -> tuple[dict, dict[str, tuple[p.ErrorKind, str]], p.Acceleration]:
         """Makers of every accelerated mode this model can run, (error kind, message) for the others
@@ -221,15 +232,22 @@ class Session:
         cal = self._auto
         assert cal is not None
         cal.step(interrupted)
+        self.decoder.forget()  # the measurement used the target's KV cache
         if not cal.done:
             return None
         speeds = cal.speeds()
-        mode = p.Mode(auto.choose(speeds))
-        self._decisions.put(self._auto_key_pending, mode, speeds, cal.failed)
-        self.decoder = cal.take(mode)
+        if self._keep_mode:
+            mode = self.mode
+            self._decisions.put(self._auto_key_pending, p.Mode.VANILLA, speeds, cal.failed)
+            cal.close()
+            self.mode_reason = f"{self.mode_reason}; vanilla measured here: {speeds['vanilla']:.1f} tok/s".lstrip("; ")
+        else:
+            mode = p.Mode(auto.choose(speeds))
+            self._decisions.put(self._auto_key_pending, mode, speeds, cal.failed)
+            self.decoder = cal.take(mode)
+            self.mode_reason = auto.explain(speeds, mode, cal.failed)
         self.mode, self._auto = mode, None
         self.measured = speeds
-        self.mode_reason = auto.explain(speeds, mode, cal.failed)
         self.loaded.mode, self.loaded.mode_reason, self.loaded.measured_tok_s = mode, self.mode_reason, speeds
         self.loaded.measuring = False
         return p.AutoDecided(mode=mode, mode_reason=self.mode_reason, measured_tok_s=speeds)
