@@ -100,6 +100,7 @@ EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N star
 
 class MainWindow(QMainWindow):
     DEFAULT_SIZE = (1040, 700)  # a first start's size: the status bar's meter must fit in it
+
     def __init__(
         self, model_path: str | Path | None = None, sampling: p.Sampling | None = None, store: ConversationStore | None = None
     ) -> None:
