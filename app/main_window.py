@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.chat_view import ChatView
+from app.elided_label import ElidedLabel
 from app.endpoint_dialog import EndpointDialog, ModelLister, remote_error_text
 from app.header import KIND_ROLE, HeaderBar
 from app.model_manager import ModelManager
@@ -230,7 +231,7 @@ class MainWindow(QMainWindow):
         splitter.setSizes([250, 900])
         self.setCentralWidget(splitter)
 
-        self.state_label = QLabel("Starting…")
+        self.state_label = ElidedLabel("Starting…")  # gives way to the meter when space is short
         self.context_label = QLabel("")
         self.context_label.setAccessibleName("Context usage")
         self.meter = SpeedMeter()

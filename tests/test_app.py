@@ -459,6 +459,7 @@ def test_the_serve_switch_serves_the_windows_model_and_shows_its_address(qtbot, 
 def test_the_meter_shows_the_speedup_over_vanilla_and_fits_the_window(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
     """Issue 14 item 8: the SpecEE numbers were cut at the default width and "x vanilla" never
     appeared (an explicit mode had no vanilla speed to compare with; the worker now measures one)."""
+    idle_window.set_theme("light")  # the app's stylesheet and font, as at startup
     idle_window.on_event(p.Loaded(name="SmolLM2", n_layer=30, n_ctx=4096, n_threads=2, mode="specee", measuring=True))
     idle_window.on_event(
         p.AutoDecided(mode="specee", mode_reason="vanilla measured here: 60.0 tok/s", measured_tok_s={"vanilla": 60.0})
@@ -472,6 +473,8 @@ def test_the_meter_shows_the_speedup_over_vanilla_and_fits_the_window(qtbot, idl
     label = idle_window.meter.label
     assert "1.08x vanilla" in label.text() and "exits 8% · 29.9/30 layers · hit 77%" in label.text()
     assert label.width() >= label.sizeHint().width(), "the meter is cut"
+    state = idle_window.state_label  # the engine state gives way instead, ending in "…"
+    assert state.text().startswith("SmolLM2") and state.shown_text().endswith(("…", state.text()))
     assert idle_window.width() <= MainWindow.DEFAULT_SIZE[0]  # at the window's default width, or narrower
     assert "prompt 400 tok/s" in label.toolTip() and "candidates hit 77%" in label.toolTip()
     idle_window.meter.update_stats(p.Stats(mode="remote", decode_tok_s=30.0, n_generated=12))
