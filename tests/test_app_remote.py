@@ -200,3 +200,46 @@ def test_the_idle_local_worker_never_speaks_for_the_remote_engine(qtbot) -> None
     assert bridge.use_local(replay=True)
     assert seen == [local, done, local, decided, note] and not bridge.is_remote
     bridge.shutdown()
+
+
+def test_editing_a_saved_engine_fills_the_form_but_never_its_key(
+    qtbot, memory_keyring: MemoryKeyring, isolated_data: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from app.endpoint_dialog import EndpointDialog
+    from engine.remote.endpoints import store_api_key
+
+    registry = EndpointRegistry()
+    registry.add(Endpoint("keyed", "http://127.0.0.1:8080/v1", model="chosen-model"))
+    registry.add(Endpoint("open", "http://127.0.0.1:8081/v1"))
+    assert store_api_key("keyed", "sk-old") == ""
+    dialog = EndpointDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    rows = {dialog.saved_list.item(i).data(Qt.ItemDataRole.UserRole): i for i in range(dialog.saved_list.count())}
+    dialog.saved_list.setCurrentRow(rows["keyed"])
+    assert (dialog.name.text(), dialog.url.text(), dialog.key.text()) == ("keyed", "http://127.0.0.1:8080/v1", "")
+    assert dialog.key.placeholderText().startswith("key saved in keyring") and "Edit keyed" in dialog.form_title.text()
+    assert dialog.remove_button.isEnabled()
+    dialog.saved_list.setCurrentRow(rows["open"])
+    assert (dialog.name.text(), dialog.key.placeholderText()) == ("open", "no key")
+
+    saved: list[str] = []
+    dialog.saved.connect(lambda name, _models, _why: saved.append(name))
+    dialog.saved_list.setCurrentRow(rows["keyed"])
+    dialog.url.setText("http://10.0.0.2:9000/v1")  # a new address; the key field left empty keeps the key
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert saved == ["keyed"] and not dialog.isVisible()
+    assert EndpointRegistry().get("keyed") == Endpoint(
+        "keyed", "http://10.0.0.2:9000/v1", "chosen-model", EndpointRegistry().get("keyed").added
+    )
+    assert memory_keyring.passwords == {("specee-chat", "keyed"): "sk-old"}
+    assert [e.name for e in EndpointRegistry().all()] == ["open", "keyed"]  # updated, not added twice
+
+    dialog.show()
+    rows = {dialog.saved_list.item(i).data(Qt.ItemDataRole.UserRole): i for i in range(dialog.saved_list.count())}
+    dialog.saved_list.setCurrentRow(rows["keyed"])
+    assert dialog.url.text() == "http://10.0.0.2:9000/v1" and dialog.key.text() == ""
+    dialog.key.setText("sk-new")  # a typed key replaces the stored one
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert memory_keyring.passwords == {("specee-chat", "keyed"): "sk-new"}
+    assert dialog.key.placeholderText() == "optional; kept in the OS keyring" and dialog.name.text() == ""
