@@ -433,7 +433,7 @@ class MainWindow(QMainWindow):
             return
         name, model = self._restore_remote
         if name not in {e.name for e in self.endpoints.all()}:
-            why = f"{name}, the remote engine used last, is no longer set up"
+            short, detail = f"{name}, the remote engine used last, is no longer set up", ""
             self._remember_engine(LOCAL_ENGINE)
         else:
             listed = self.remote_models.get(name)
@@ -441,17 +441,17 @@ class MainWindow(QMainWindow):
                 if name not in self.remote_models:
                     self.list_remote_models([name])
                 return  # asked: back here when it answers
-            if isinstance(listed, RemoteError):
-                why = f"{name}, the remote engine used last, cannot be used now ({remote_error_text(listed)})"
+            if isinstance(listed, RemoteError):  # kept: it may answer again at the next start
+                short, detail = f"{name}, the remote engine used last, cannot be used now", remote_error_text(listed)
             elif model not in listed:
-                why = f"{name} no longer lists {display_model(model)}, the model used last"
+                short, detail = f"{name} no longer lists {display_model(model)}, the model used last", ""
             else:
                 self._restore_remote = None
                 self.switch_remote(name, model)
                 return
         self._restore_remote = None
-        self.state_label.setText(f"{why}: chatting with the local model.")
-        self.state_label.setToolTip(why)
+        self.state_label.setText(f"{short}: chatting with the local model.")
+        self.state_label.setToolTip(detail or short)
         self._error_shown = True  # auto's decision must not overwrite it
 
     def _remember_engine(self, engine: str) -> None:

@@ -282,7 +282,8 @@ def test_the_engine_used_last_is_picked_again_at_the_next_start(
     unreachable = start()
     qtbot.waitUntil(lambda: "cannot be used now" in unreachable.state_label.text(), timeout=60_000)
     assert unreachable.model_loaded and not unreachable.bridge.is_remote and unreachable.notices == []
-    assert "box" in unreachable.state_label.text() and "local model" in unreachable.state_label.text()
+    assert unreachable.state_label.text().startswith("box, ") and "local model" in unreachable.state_label.text()
+    assert "cannot be reached" in unreachable.state_label.toolTip()
     assert unreachable.model_switch.currentData() == str(model_path) and unreachable.messages == []
     assert load_settings().engine == "remote:box/stub-model"  # it may answer again next time
     unreachable.close()
