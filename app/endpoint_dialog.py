@@ -1,5 +1,6 @@
 """Remote engines: add an OpenAI-compatible server (name, base URL, optional API key), test it
-before saving (its models, or why it cannot be used), and remove one (its key leaves the keyring
+before saving (its models, or why it cannot be used), edit one (selecting it fills the form, never
+with its key; saving under the same name updates it) and remove one (its key leaves the keyring
 too). The connection test runs off the GUI thread; the window lists the models of saved endpoints."""
 
 from __future__ import annotations
@@ -24,9 +25,27 @@ from PySide6.QtWidgets import (
 
 from app.theme import DARK, LIGHT
 from engine.chats.session import ERROR_TITLES
-from engine.remote.endpoints import Endpoint, EndpointError, EndpointRegistry, check_name, normalise_base_url, store_api_key
+from engine.remote.endpoints import (
+    API_KEY_ENV,
+    Endpoint,
+    EndpointError,
+    EndpointRegistry,
+    api_key,
+    api_key_source,
+    check_name,
+    normalise_base_url,
+    store_api_key,
+)
 from engine.remote.openai_api import RemoteError, Timeouts, list_models
 
+NEW_KEY_HINT = "optional; kept in the OS keyring"
+# a saved engine's key is never shown: the placeholder says whether there is one (empty keeps it)
+KEY_HINTS = {
+    "OS keyring": "key saved in keyring (leave empty to keep it)",
+    "this session": "key kept for this session (leave empty to keep it)",
+    API_KEY_ENV: f"no key saved ({API_KEY_ENV} is used)",
+    "": "no key",
+}
 TEST_TIMEOUTS = Timeouts(connect=5.0, read=15.0)  # a test should answer quickly or say why not
 
 
@@ -85,7 +104,7 @@ class EndpointDialog(QDialog):
         self.url.setAccessibleName("Base URL")
         self.key = QLineEdit()
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.key.setPlaceholderText("optional; kept in the OS keyring")
+        self.key.setPlaceholderText(NEW_KEY_HINT)
         self.key.setAccessibleName("API key")
         self.test_button = QPushButton("Test connection")
         self.result = QLabel("llama-server, vLLM, Ollama, LM Studio, `specee serve` or a hosted OpenAI-compatible API.")
@@ -109,7 +128,8 @@ class EndpointDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Saved"))
         layout.addLayout(saved_row)
-        layout.addWidget(QLabel("Add an OpenAI-compatible server"))
+        self.form_title = QLabel("Add an OpenAI-compatible server")
+        layout.addWidget(self.form_title)
         layout.addLayout(form)
         layout.addLayout(test_row)
         layout.addWidget(self.result, 1)
@@ -120,7 +140,7 @@ class EndpointDialog(QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Save).clicked.connect(self.save)
         self.buttons.rejected.connect(self.reject)
         self.remove_button.clicked.connect(self.remove_selected)
-        self.saved_list.currentItemChanged.connect(lambda item, _old: self.remove_button.setEnabled(item is not None))
+        self.saved_list.currentItemChanged.connect(self._on_selected)
         self._fill_saved()
 
     def _fill_saved(self) -> None:
@@ -133,6 +153,27 @@ class EndpointDialog(QDialog):
             self.saved_list.addItem("none yet")
             self.saved_list.item(0).setFlags(Qt.ItemFlag.NoItemFlags)
         self.remove_button.setEnabled(False)
+
+    def _on_selected(self, item: QListWidgetItem | None, _old: QListWidgetItem | None = None) -> None:
+        """A saved engine fills the form to edit it (its key never: the placeholder says if one is saved)."""
+        name = item.data(Qt.ItemDataRole.UserRole) if item else None
+        self.remove_button.setEnabled(bool(name))
+        if not name:
+            return
+        try:
+            endpoint = self.registry.get(name)
+        except EndpointError as exc:  # removed meanwhile (`specee endpoints remove`)
+            self._say(str(exc), error=True)
+            return
+        self.name.setText(endpoint.name)
+        self.url.setText(endpoint.base_url)
+        self.key.clear()
+        self.key.setPlaceholderText(KEY_HINTS.get(api_key_source(name)[1], "no key"))
+        self.form_title.setText(f"Edit {name} (save under another name to add a new engine)")
+        self.models, self._tested = [], ""
+
+    def _saved_names(self) -> set[str]:
+        return {e.name for e in self.registry.all()}
 
     def _endpoint(self) -> Endpoint | None:
         """The form as an endpoint, or None with the reason shown."""
@@ -155,7 +196,10 @@ class EndpointDialog(QDialog):
         self._test_seq += 1
         self.test_button.setEnabled(False)
         self._say(f"Asking {endpoint.url('models')} for its models…")
-        self.lister.list((self._test_seq, endpoint.base_url, self.key.text().strip()), endpoint, self.key.text().strip() or None)
+        typed = self.key.text().strip()
+        # editing a saved engine with the key field empty: test with its stored key
+        key = typed or ((lambda: api_key(endpoint.name)) if endpoint.name in self._saved_names() else None)
+        self.lister.list((self._test_seq, endpoint.base_url, typed), endpoint, key)
 
     def _on_tested(self, tag: tuple[int, str, str], result: list[str] | RemoteError) -> None:
         seq, url, key = tag
@@ -181,21 +225,27 @@ class EndpointDialog(QDialog):
         if endpoint is None:
             return
         key = self.key.text().strip()
+        previous = next((e for e in self.registry.all() if e.name == endpoint.name), None)
+        if previous is not None:
+            endpoint.model = previous.model  # an edit keeps the chosen model
         try:
             endpoint = self.registry.add(endpoint)
         except EndpointError as exc:
             self._say(str(exc), error=True)
             return
-        why = store_api_key(endpoint.name, key) if key else ""
+        why = store_api_key(endpoint.name, key) if key else ""  # empty: a saved key is kept
         models = self.models if self._tested == f"{endpoint.base_url}\n{key}" else []
         self.saved.emit(endpoint.name, models, why)
         self._fill_saved()
         self.name.clear()
         self.url.clear()
         self.key.clear()
+        self.key.setPlaceholderText(NEW_KEY_HINT)
+        self.form_title.setText("Add an OpenAI-compatible server")
         self.models, self._tested = [], ""
         kept = f" Its API key is kept for this session only: {why}." if why else ""
-        self._say(f"Saved {endpoint.name}: pick its models in the model switcher.{kept}", error=bool(why))
+        verb = "Updated" if previous is not None else "Saved"
+        self._say(f"{verb} {endpoint.name}: pick its models in the model switcher.{kept}", error=bool(why))
         if not why:
             self.accept()
 

@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.main_window import MainWindow
     from app.single_instance import SingleInstance
-    from app.theme import apply_theme
+    from app.theme import apply_theme, startup_theme
+    from engine.settings import load_settings
 
     app = QApplication.instance() or QApplication(argv)
     app.setApplicationName("SpecEE Chat")
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if instance.signal_running():
         print("SpecEE Chat is already running: its window was brought to the front.", file=sys.stderr)
         return 0
-    apply_theme(app)
+    apply_theme(app, startup_theme(load_settings().theme))  # before any widget: no flash of the other theme
     window = MainWindow()
     instance.listen(lambda: (window.showNormal(), window.raise_(), window.activateWindow()))
     window.show()

@@ -54,7 +54,7 @@ from engine.models.registry import ModelRegistry
 from engine.remote.client import display_model
 from engine.remote.endpoints import EndpointError, EndpointRegistry, api_key
 from engine.remote.openai_api import RemoteError
-from engine.settings import load_settings, save_settings
+from engine.settings import LOCAL_ENGINE, engine_remote, load_settings, remote_engine_setting, save_settings
 
 
 class PromptEdit(QPlainTextEdit):
@@ -127,6 +127,9 @@ class MainWindow(QMainWindow):
         self.remote_models: dict[str, list[str] | RemoteError | None] = {}
         self.remote_target: tuple[str, str] | None = None
         self.remote_tok_s = 0.0  # the remote engine's speed as measured here (the last answer's)
+        # the remote engine the chat used when the app last closed: picked again once the local
+        # model has loaded and its endpoint has listed its models (None: nothing to restore)
+        self._restore_remote = engine_remote(self.settings.engine)
         self.lister = ModelLister(self)
         self.lister.listed.connect(self._on_listed)
 
@@ -302,7 +305,9 @@ class MainWindow(QMainWindow):
         return b
 
     def set_theme(self, name: str) -> None:
-        """Light or dark: the palette (application-wide), this window's stylesheet, code colours."""
+        """Light, dark or system (the OS's scheme): the palette (application-wide), this window's
+        stylesheet, code colours."""
+        name = theme.resolve(name)
         app = QApplication.instance()
         if isinstance(app, QApplication) and app.property("specee_theme") != name:
             theme.apply_theme(app, name)
@@ -387,6 +392,7 @@ class MainWindow(QMainWindow):
         self.model_switch.blockSignals(False)
 
     def _on_pick(self, i: int) -> None:
+        self._restore_remote = None  # the user chose: the engine used last is not picked over it
         kind, target = self.model_switch.itemData(i, KIND_ROLE), self.model_switch.itemData(i)
         if kind == "remote":
             name, _, model = target.partition("\n")
@@ -419,6 +425,46 @@ class MainWindow(QMainWindow):
         if name in self.remote_models:
             self.remote_models[name] = result
             self.refresh_models()
+            self._restore_last_engine()
+
+    def _restore_last_engine(self) -> None:
+        """Pick the remote engine used last once the local model is loaded and the endpoint has
+        answered; if it is gone or cannot be used, say so in the status bar and stay local."""
+        if self._restore_remote is None or not self.model_loaded or self.bridge.is_remote:
+            return
+        name, model = self._restore_remote
+        if name not in {e.name for e in self.endpoints.all()}:
+            short, detail = f"{name}, the remote engine used last, is no longer set up", ""
+            self._remember_engine(LOCAL_ENGINE)
+        else:
+            listed = self.remote_models.get(name)
+            if listed is None:
+                if name not in self.remote_models:
+                    self.list_remote_models([name])
+                return  # asked: back here when it answers
+            if isinstance(listed, RemoteError):  # kept: it may answer again at the next start
+                short, detail = f"{name}, the remote engine used last, cannot be used now", remote_error_text(listed)
+            elif model not in listed:
+                short, detail = f"{name} no longer lists {display_model(model)}, the model used last", ""
+            else:
+                self._restore_remote = None
+                self.switch_remote(name, model)
+                return
+        self._restore_remote = None
+        self.state_label.setText(f"{short}: chatting with the local model.")
+        self.state_label.setToolTip(detail or short)
+        self._error_shown = True  # auto's decision must not overwrite it
+
+    def _remember_engine(self, engine: str) -> None:
+        if self.settings.engine != engine:
+            self.settings = replace(self.settings, engine=engine)
+            self._save_settings()
+
+    def _save_settings(self) -> None:
+        try:
+            save_settings(self.settings)
+        except OSError as exc:  # a full or read-only disk: the choice holds for this session
+            self.statusBar().showMessage(f"Settings could not be saved: {exc}", 8000)
 
     def switch_remote(self, name: str, model: str) -> None:
         """Chat with this endpoint's model: the same conversation goes on, each answer records which
@@ -433,6 +479,8 @@ class MainWindow(QMainWindow):
             return
         self.model_loaded = False
         self._set_busy(False)
+        self._restore_remote = None
+        self._remember_engine(remote_engine_setting(name, model))
         self.remote_target, self.remote_tok_s = (name, model), 0.0
         self.bridge.use_remote(endpoint, api_key(name))
         self.local_button.setVisible(False)
@@ -450,6 +498,7 @@ class MainWindow(QMainWindow):
 
     def _leave_remote(self, replay: bool) -> bool:
         self.remote_target, self.remote_tok_s = None, 0.0
+        self._remember_engine(LOCAL_ENGINE)
         self.local_button.setVisible(False)
         self.serve_switch.set_blocked("")
         return self.bridge.use_local(replay)
@@ -530,9 +579,13 @@ class MainWindow(QMainWindow):
 
         def apply() -> None:
             new = dialog.result_settings(self.settings)
-            if new != self.settings:
-                self.settings = new
-                save_settings(new)
+            if new == self.settings:
+                return
+            old, self.settings = self.settings, new
+            self._save_settings()
+            if new.theme != old.theme:
+                self.set_theme(new.theme)
+            if replace(new, theme=old.theme) != old:  # the look alone needs no reload
                 if self.bridge.is_remote:  # the local model loads with them when the chat goes back to it
                     self.bridge.local_loaded = self.bridge.local_decided = None
                 elif self.model_path:
@@ -562,6 +615,7 @@ class MainWindow(QMainWindow):
         self.trainer.start()
 
     def switch_model(self, path: str) -> None:
+        self._restore_remote = None
         if self.request_id:
             self.stop_answer()
         self.model_loaded = False
@@ -756,6 +810,7 @@ class MainWindow(QMainWindow):
             self.train_button.setVisible(msg.trainable)
             self._set_busy(False)
             self._render()
+            self._restore_last_engine()
         elif changed == "token":
             if not self._render_timer.isActive():
                 self._render_timer.start()

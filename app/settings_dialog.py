@@ -3,6 +3,8 @@ what the engine runs now and why (the worker's Loaded.plan, mode_reason and meas
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
@@ -21,7 +23,9 @@ from app.model_status import MODE_NAMES, measured_speeds_text
 from engine import protocol as p
 from engine.hardware import physical_cores
 from engine.models.download import models_dir
-from engine.settings import MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, AppSettings
+from engine.settings import MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, THEMES, AppSettings
+
+THEME_NAMES = {"system": "System", "light": "Light", "dark": "Dark"}
 
 MODE_HELP = {
     "auto": "Starts at once in plain decoding, measures every mode this model can run on this machine "
@@ -108,6 +112,12 @@ class SettingsDialog(QDialog):
         self.ctx.setSingleStep(1024)
         self.ctx.setValue(settings.n_ctx)
         self.ctx.setAccessibleName("Context length")
+        self.theme = QComboBox()
+        for t in THEMES:
+            self.theme.addItem(THEME_NAMES[t], t)
+        self.theme.setCurrentIndex(max(self.theme.findData(settings.theme), 0))
+        self.theme.setAccessibleName("Theme")
+        self.theme.setToolTip("System follows your computer's light or dark setting")
 
         page = QWidget()
         col = QVBoxLayout(page)
@@ -136,6 +146,10 @@ class SettingsDialog(QDialog):
                 "turns are dropped (with a notice) when a chat outgrows it."
             )
         )
+        col.addWidget(_section("Appearance"))
+        form3 = QFormLayout()
+        form3.addRow("Theme", self.theme)
+        col.addLayout(form3)
         col.addWidget(_section("Where things are"))
         col.addWidget(_para(f"Models: {models_dir()}"))
         col.addStretch()
@@ -155,4 +169,5 @@ class SettingsDialog(QDialog):
         return "\n\n".join(label.text() for label in self.engine_labels)
 
     def result_settings(self, base: AppSettings) -> AppSettings:
-        return AppSettings(self.mode.currentText(), self.threads.value(), self.ctx.value(), base.last_model)
+        mode, theme = self.mode.currentText(), self.theme.currentData()
+        return replace(base, mode=mode, n_threads=self.threads.value(), n_ctx=self.ctx.value(), theme=theme)

@@ -68,6 +68,19 @@ def wants_dark() -> bool:
     return QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
 
 
+def resolve(choice: str) -> str:
+    """ "light" or "dark" for a Settings choice (System / Light / Dark); "system" asks the OS."""
+    if choice in ("light", "dark"):
+        return choice
+    return "dark" if wants_dark() else "light"
+
+
+def startup_theme(choice: str) -> str:
+    """The theme to start in: SPECEE_THEME (screenshots, tests) overrides the saved choice."""
+    forced = os.environ.get("SPECEE_THEME", "").lower()
+    return forced if forced in ("light", "dark") else resolve(choice)
+
+
 def current() -> Colors:
     """The theme the application runs in (set by apply_theme)."""
     app = QApplication.instance()

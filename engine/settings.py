@@ -11,7 +11,36 @@ from engine.atomic import write_text_atomic
 from engine.paths import data_dir
 from engine.protocol import MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, Placement, SettingsError
 
-__all__ = ["MODES", "N_CTX_MAX", "N_CTX_MIN", "N_THREADS_MAX", "AppSettings", "load_settings", "save_settings"]
+__all__ = [
+    "MODES",
+    "N_CTX_MAX",
+    "N_CTX_MIN",
+    "N_THREADS_MAX",
+    "THEMES",
+    "AppSettings",
+    "engine_remote",
+    "load_settings",
+    "remote_engine_setting",
+    "save_settings",
+]
+
+THEMES = ("system", "light", "dark")  # "system" follows the OS colour scheme
+LOCAL_ENGINE = "local"
+_REMOTE_PREFIX = "remote:"
+
+
+def remote_engine_setting(endpoint: str, model: str) -> str:
+    """AppSettings.engine for a remote endpoint's model: "remote:<endpoint>/<model id>" (an endpoint
+    name has no "/", a model id may)."""
+    return f"{_REMOTE_PREFIX}{endpoint}/{model}"
+
+
+def engine_remote(engine: str) -> tuple[str, str] | None:
+    """(endpoint name, model id) of a remote AppSettings.engine, None for the local model."""
+    if not engine.startswith(_REMOTE_PREFIX):
+        return None
+    name, _, model = engine.removeprefix(_REMOTE_PREFIX).partition("/")
+    return (name, model) if name and model else None
 
 
 @dataclass
@@ -20,6 +49,8 @@ class AppSettings:
     n_threads: int = 0  # 0 = physical cores
     n_ctx: int = 4096
     last_model: str = ""
+    theme: str = "system"  # one of THEMES
+    engine: str = LOCAL_ENGINE  # the engine the chat used last: "local" or remote_engine_setting(...)
 
     def validate(self) -> None:
         """SettingsError (a ValueError) for what the engine would refuse: the worker's own checks."""
@@ -28,6 +59,10 @@ class AppSettings:
         Placement(n_ctx=self.n_ctx, n_threads=self.n_threads).validate()
         if not isinstance(self.last_model, str):
             raise SettingsError(f"last model must be a file path, got {self.last_model!r}")
+        if self.theme not in THEMES:
+            raise SettingsError(f"theme must be one of {', '.join(THEMES)}, got {self.theme!r}")
+        if not isinstance(self.engine, str) or (self.engine != LOCAL_ENGINE and engine_remote(self.engine) is None):
+            raise SettingsError(f"engine must be 'local' or 'remote:<endpoint>/<model id>', got {self.engine!r}")
 
 
 def settings_path() -> Path:
@@ -40,6 +75,12 @@ def load_settings(path: Path | None = None) -> AppSettings:
         raw = json.loads((path or settings_path()).read_text())
         known = {f.name for f in fields(AppSettings)}
         s = AppSettings(**{k: v for k, v in raw.items() if k in known})
+        # what only changes the look or the first engine picked falls back alone (an older or
+        # hand-edited file keeps its mode, threads and context)
+        if s.theme not in THEMES:
+            s.theme = "system"
+        if not isinstance(s.engine, str) or (s.engine != LOCAL_ENGINE and engine_remote(s.engine) is None):
+            s.engine = LOCAL_ENGINE
         s.validate()
         return s
     except (OSError, ValueError, TypeError, AttributeError):

@@ -359,6 +359,44 @@ def test_switching_between_light_and_dark(qtbot, idle_window: MainWindow) -> Non
     assert theme.current() is theme.LIGHT and block.text.text() == light_code
 
 
+def test_the_theme_chosen_in_settings_applies_at_once_and_is_read_back(
+    qtbot, isolated_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from app import theme
+    from engine.chats.store import ConversationStore
+    from engine.settings import load_settings
+
+    def open_window() -> MainWindow:
+        win = MainWindow(model_path=tmp_path / "none.gguf", store=ConversationStore(tmp_path / "c.db"))
+        qtbot.addWidget(win)
+        win.show()
+        return win
+
+    win = open_window()
+    try:
+        win.set_theme("light")
+        assert win.settings.theme == "system"
+        dialog = win.open_settings()
+        assert [dialog.theme.itemText(i) for i in range(dialog.theme.count())] == ["System", "Light", "Dark"]
+        assert dialog.theme.currentText() == "System"
+        dialog.theme.setCurrentIndex(dialog.theme.findText("Dark"))
+        dialog.accept()
+        assert theme.current() is theme.DARK and theme.DARK.window in win.styleSheet()
+        assert load_settings().theme == "dark" and win.settings.theme == "dark"
+        assert "Loading" not in win.state_label.text()  # the look alone reloads no model
+        again = open_window()
+        assert again.settings.theme == "dark" and again.open_settings().theme.currentText() == "Dark"
+        again.close()
+        # at startup (app/main.py) the saved choice is applied, unless SPECEE_THEME forces one
+        monkeypatch.delenv("SPECEE_THEME", raising=False)
+        assert theme.startup_theme("dark") == "dark" and theme.startup_theme("light") == "light"
+        monkeypatch.setenv("SPECEE_THEME", "light")
+        assert theme.startup_theme("dark") == "light" and theme.startup_theme("system") == "light"
+    finally:
+        win.set_theme("light")
+        win.close()
+
+
 def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
     from PySide6.QtWidgets import QLabel
 

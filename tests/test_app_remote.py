@@ -200,3 +200,97 @@ def test_the_idle_local_worker_never_speaks_for_the_remote_engine(qtbot) -> None
     assert bridge.use_local(replay=True)
     assert seen == [local, done, local, decided, note] and not bridge.is_remote
     bridge.shutdown()
+
+
+def test_editing_a_saved_engine_fills_the_form_but_never_its_key(
+    qtbot, memory_keyring: MemoryKeyring, isolated_data: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from app.endpoint_dialog import EndpointDialog
+    from engine.remote.endpoints import store_api_key
+
+    registry = EndpointRegistry()
+    registry.add(Endpoint("keyed", "http://127.0.0.1:8080/v1", model="chosen-model"))
+    registry.add(Endpoint("open", "http://127.0.0.1:8081/v1"))
+    assert store_api_key("keyed", "sk-old") == ""
+    dialog = EndpointDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    rows = {dialog.saved_list.item(i).data(Qt.ItemDataRole.UserRole): i for i in range(dialog.saved_list.count())}
+    dialog.saved_list.setCurrentRow(rows["keyed"])
+    assert (dialog.name.text(), dialog.url.text(), dialog.key.text()) == ("keyed", "http://127.0.0.1:8080/v1", "")
+    assert dialog.key.placeholderText().startswith("key saved in keyring") and "Edit keyed" in dialog.form_title.text()
+    assert dialog.remove_button.isEnabled()
+    dialog.saved_list.setCurrentRow(rows["open"])
+    assert (dialog.name.text(), dialog.key.placeholderText()) == ("open", "no key")
+
+    saved: list[str] = []
+    dialog.saved.connect(lambda name, _models, _why: saved.append(name))
+    dialog.saved_list.setCurrentRow(rows["keyed"])
+    dialog.url.setText("http://10.0.0.2:9000/v1")  # a new address; the key field left empty keeps the key
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert saved == ["keyed"] and not dialog.isVisible()
+    assert EndpointRegistry().get("keyed") == Endpoint(
+        "keyed", "http://10.0.0.2:9000/v1", "chosen-model", EndpointRegistry().get("keyed").added
+    )
+    assert memory_keyring.passwords == {("specee-chat", "keyed"): "sk-old"}
+    assert [e.name for e in EndpointRegistry().all()] == ["open", "keyed"]  # updated, not added twice
+
+    dialog.show()
+    rows = {dialog.saved_list.item(i).data(Qt.ItemDataRole.UserRole): i for i in range(dialog.saved_list.count())}
+    dialog.saved_list.setCurrentRow(rows["keyed"])
+    assert dialog.url.text() == "http://10.0.0.2:9000/v1" and dialog.key.text() == ""
+    dialog.key.setText("sk-new")  # a typed key replaces the stored one
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert memory_keyring.passwords == {("specee-chat", "keyed"): "sk-new"}
+    assert dialog.key.placeholderText() == "optional; kept in the OS keyring" and dialog.name.text() == ""
+
+
+def test_the_engine_used_last_is_picked_again_at_the_next_start(
+    qtbot, model_path: Path, isolated_data: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from engine.settings import load_settings
+
+    def start() -> MainWindow:
+        win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(8), store=ConversationStore(tmp_path / "c.db"))
+        qtbot.addWidget(win)
+        win.show()
+        win.start_engine()
+        return win
+
+    registry = EndpointRegistry()
+    with scripted_server(lambda write, over: write(piece("hi", "stop"))) as url:
+        registry.add(Endpoint("box", url))
+        win = start()
+        qtbot.waitUntil(lambda: win.model_loaded, timeout=60_000)
+        assert load_settings().engine == "local" and not win.bridge.is_remote
+        qtbot.waitUntil(lambda: any(t.startswith("box / stub-model") for _, t in entries(win, "remote")), timeout=15_000)
+        pick(win, "box / stub-model")
+        qtbot.waitUntil(lambda: win.model_loaded, timeout=15_000)
+        assert load_settings().engine == "remote:box/stub-model"
+        win.close()
+
+        again = start()  # the local model loads first, then the remote engine is picked again
+        qtbot.waitUntil(lambda: again.bridge.is_remote and again.model_loaded, timeout=60_000)
+        assert again.bridge.local_loaded is not None and again.remote_target == ("box", "stub-model")
+        assert again.model_switch.currentText().startswith("box / stub-model") and again.accel_badge.text() == "remote"
+        pick(again, entries(again, "local")[0][1])  # back to local: remembered too
+        assert not again.bridge.is_remote and load_settings().engine == "local"
+        pick(again, "box / stub-model")
+        qtbot.waitUntil(lambda: again.model_loaded and again.bridge.is_remote, timeout=15_000)
+        again.close()
+    # the server is gone now: the next start stays local and says why, with no error in the chat
+    unreachable = start()
+    qtbot.waitUntil(lambda: "cannot be used now" in unreachable.state_label.text(), timeout=60_000)
+    assert unreachable.model_loaded and not unreachable.bridge.is_remote and unreachable.notices == []
+    assert unreachable.state_label.text().startswith("box, ") and "local model" in unreachable.state_label.text()
+    assert "cannot be reached" in unreachable.state_label.toolTip()
+    assert unreachable.model_switch.currentData() == str(model_path) and unreachable.messages == []
+    assert load_settings().engine == "remote:box/stub-model"  # it may answer again next time
+    unreachable.close()
+
+    EndpointRegistry().remove("box")
+    gone = start()
+    qtbot.waitUntil(lambda: "no longer set up" in gone.state_label.text(), timeout=60_000)
+    assert gone.model_loaded and not gone.bridge.is_remote and gone.messages == gone.notices == []
+    assert load_settings().engine == "local"
+    gone.close()

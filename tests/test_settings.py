@@ -29,3 +29,26 @@ def test_settings_take_the_engines_limits_and_modes(tmp_path: Path) -> None:
         assert load_settings(path) == AppSettings(), damaged
     with pytest.raises(p.SettingsError, match="threads"):
         save_settings(AppSettings(n_threads=-1), path)
+
+
+def test_theme_and_engine_persist_and_unknown_values_fall_back_alone(tmp_path: Path) -> None:
+    from engine.settings import engine_remote, remote_engine_setting
+
+    path = tmp_path / "settings.json"
+    engine = remote_engine_setting("gpu-box", "Qwen/Qwen2.5-7B")
+    assert engine == "remote:gpu-box/Qwen/Qwen2.5-7B" and engine_remote(engine) == ("gpu-box", "Qwen/Qwen2.5-7B")
+    assert engine_remote("local") is None and engine_remote("remote:gpu-box/") is None
+    saved = AppSettings(mode="ngram", theme="dark", engine=engine)
+    save_settings(saved, path)
+    assert load_settings(path) == saved
+    # an older or hand-edited file: an unknown theme or engine falls back, the rest is kept
+    path.write_text('{"mode": "ngram", "theme": "solarized", "engine": "remote:nameonly"}')
+    assert load_settings(path) == AppSettings(mode="ngram", theme="system", engine="local")
+    path.write_text('{"n_ctx": 2048, "theme": ["dark"], "engine": 7}')
+    assert load_settings(path) == AppSettings(n_ctx=2048)
+    path.write_text('{"mode": "vanilla"}')  # a file from before these fields
+    assert load_settings(path) == AppSettings(mode="vanilla", theme="system", engine="local")
+    with pytest.raises(p.SettingsError, match="theme"):
+        save_settings(AppSettings(theme="blue"), path)
+    with pytest.raises(p.SettingsError, match="engine"):
+        save_settings(AppSettings(engine="gpu-box"), path)
