@@ -11,7 +11,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import pytest
@@ -64,6 +66,22 @@ def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-u
     from engine import protocol as p
 
     return p.Placement(n_ctx=n_ctx, n_gpu_layers=gpu_layers(backend), layout="last")
+
+
+@contextmanager
+def loaded_window(qtbot, **kwargs: Any) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """The real window (MainWindow(**kwargs)), shown, its engine started and its model loaded; closed after."""
+    from app.main_window import MainWindow
+
+    win = MainWindow(**kwargs)
+    qtbot.addWidget(win)
+    win.show()
+    win.start_engine()
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=120_000)
+    try:
+        yield win
+    finally:
+        win.close()
 
 
 @pytest.fixture(scope="session")

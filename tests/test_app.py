@@ -15,17 +15,13 @@ from PySide6.QtWidgets import QPushButton
 from app.main_window import MainWindow
 from engine import protocol as p
 from engine.client import WorkerClient
+from tests.conftest import loaded_window
 
 
 @pytest.fixture
 def window(qtbot, model_path: Path):  # type: ignore[no-untyped-def]
-    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(32))
-    qtbot.addWidget(win)
-    win.show()
-    win.start_engine()
-    qtbot.waitUntil(lambda: win.model_loaded, timeout=60_000)
-    yield win
-    win.close()
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32)) as win:
+        yield win
 
 
 def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]

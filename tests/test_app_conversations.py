@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from app.main_window import MainWindow
 from engine import protocol as p
 from engine.chats.store import ConversationStore
+from tests.conftest import loaded_window
 
 
 @pytest.fixture
@@ -20,13 +21,8 @@ def store(tmp_path: Path) -> ConversationStore:
 
 @pytest.fixture
 def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
-    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(24), store=store)
-    qtbot.addWidget(win)
-    win.show()
-    win.start_engine()
-    qtbot.waitUntil(lambda: win.model_loaded, timeout=120_000)
-    yield win
-    win.close()
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(24), store=store) as win:
+        yield win
 
 
 def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from engine import protocol as p
 from engine.chats.render import message_footer, remote_engine
 from engine.chats.store import ConversationStore
 from engine.remote.endpoints import Endpoint, EndpointRegistry
+from tests.conftest import loaded_window
 from tests.remote_servers import MemoryKeyring, free_port, piece, scripted_server
 
 SERVER_TIMEOUT = pytest.mark.timeout(1800)  # llama-server's first build on a machine takes minutes
@@ -23,13 +24,9 @@ SERVER_TIMEOUT = pytest.mark.timeout(1800)  # llama-server's first build on a ma
 @pytest.fixture
 def remote_window(qtbot, model_path: Path, isolated_data: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     """The window with the local model loaded, its own data dir (endpoints.json) and chats."""
-    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(24), store=ConversationStore(tmp_path / "c.db"))
-    qtbot.addWidget(win)
-    win.show()
-    win.start_engine()
-    qtbot.waitUntil(lambda: win.model_loaded, timeout=60_000)
-    yield win
-    win.close()
+    store = ConversationStore(tmp_path / "c.db")
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(24), store=store) as win:
+        yield win
 
 
 def entries(win: MainWindow, kind: str) -> list[tuple[int, str]]:
