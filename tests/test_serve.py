@@ -166,6 +166,10 @@ def test_bad_settings_are_400(served: ServerProcess) -> None:
 def test_unknown_model_is_404(served: ServerProcess) -> None:
     with pytest.raises(openai.NotFoundError, match=MODEL_ID):
         client(served).chat.completions.create(model="gpt-4o", messages=COUNT, max_tokens=4)
+    # naming no model gets the one served (curl one-liners, tools that leave it out)
+    body = json.dumps({"messages": COUNT, "max_tokens": 4, "temperature": 0}).encode()
+    status, reply = raw_request(served, "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    assert status == 200 and reply["model"] == MODEL_ID and reply["choices"][0]["message"]["content"]
 
 
 def test_api_key_is_required(served: ServerProcess) -> None:

@@ -93,9 +93,11 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     fmt = body.get("response_format")
     if fmt not in (None, {"type": "text"}):
         raise ApiError(400, "only response_format {'type': 'text'} is supported", param="response_format")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, f"model is required (this server serves {served_model!r})", param="model")
+    # one model is served: a request that names none gets it (as llama-server and vLLM do); one that
+    # names another is told which model this is rather than answered by a model it did not ask for
+    model = body.get("model") or served_model
+    if not isinstance(model, str):
+        raise ApiError(400, f"model must be a string (this server serves {served_model!r})", param="model")
     if model != served_model:
         raise ApiError(
             404, f"model {model!r} is not served here; this server serves {served_model!r}", "model", "model_not_found"
