@@ -4,10 +4,13 @@ PyInstaller build), so it runs only where the packaging tools are installed (the
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 import tarfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,7 +38,7 @@ def test_linux_installers_build_install_and_run(tmp_path: Path, model_path: Path
     exe = root / "specee-chat" / "specee-chat"
     report = build_linux.smoke(exe)
     assert report["frozen"] and report["worker_command"] == [str(exe), "--specee-worker"]  # the worker is the app itself
-    assert set(report["modes"]) == {"vanilla", "eagle", "specee"}
+    assert set(report["modes"]) == {"vanilla", "ngram", "eagle", "specee"}  # ngram: the drafters library ships
     # no build trees, tests or torch in the bundle
     names = {p.name for p in (root / "specee-chat" / "_internal").iterdir()}
     assert "torch" not in names and "tests" not in names
@@ -44,9 +47,43 @@ def test_linux_installers_build_install_and_run(tmp_path: Path, model_path: Path
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SPECEE_DATA_DIR": str(tmp_path / "home")}
     subprocess.run([str(exe), "--screenshot", str(shot)], timeout=180, env=env, check=True)
     assert shot.stat().st_size > 10_000
+    # the Serve API switch's server from the frozen build: the app's own executable serves the bundled model
+    assert serve_from_frozen(exe, env)["data"][0]["id"]
     if deb is not None:
         files = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
         assert "./opt/specee-chat/specee-chat" in files and "./usr/share/applications/specee-chat.desktop" in files
         x = tmp_path / "deb"
         subprocess.run(["dpkg-deb", "-x", str(deb), str(x)], check=True)
         assert build_linux.smoke(x / "opt" / "specee-chat" / "specee-chat")["ok"]
+
+
+def serve_from_frozen(exe: Path, env: dict[str, str]) -> dict:
+    """`specee-chat --specee-serve` (what engine/serve/launcher.py runs in a frozen build) answers
+    /v1/models once /health says ok, and stops when its stdin closes; returns the models."""
+    from engine.serve.launcher import FROZEN_SERVE_FLAG, free_port
+
+    port = free_port()
+    cmd = [str(exe), FROZEN_SERVE_FLAG, "--port", str(port), "--mode", "vanilla", "--exit-with-stdin"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, f"the frozen server exited: {proc.stderr.read() if proc.stderr else ''}"
+            assert time.monotonic() < deadline, "the frozen server was not ready in 180 s"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if json.load(r)["status"] == "ok":
+                        break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            return json.load(r)
+    finally:
+        if proc.stdin:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
