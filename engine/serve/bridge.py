@@ -214,9 +214,10 @@ class EngineBridge:
 
     def _route(self, msg: p.Message) -> None:
         rid = getattr(msg, "request_id", "")
-        if isinstance(msg, p.AutoDecided):
+        if isinstance(msg, p.AutoDecided):  # auto's choice, or an explicit mode's vanilla reference
+            switched = msg.mode != self.mode
             self.mode = msg.mode
-            self.log(f"auto now runs {msg.mode}: {msg.mode_reason}")
+            self.log(f"{'auto now runs' if switched else 'still'} {msg.mode}: {msg.mode_reason}")
         elif isinstance(msg, p.Error) and msg.kind == "worker_died":
             self._worker_died(msg)
         elif rid in self._streams:
