@@ -9,11 +9,14 @@ remote engine (a real llama-server on 127.0.0.1 that has just answered).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+import platformdirs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,9 +46,8 @@ def main() -> int:
             )
         return 0
 
-    tmp = Path(tempfile.mkdtemp(prefix="specee-shots-"))
-    from PySide6.QtCore import QPoint, Qt, QTimer
-    from PySide6.QtGui import QPainter
+    tmp = scratch("specee-shots-")
+    from PySide6.QtCore import Qt, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
@@ -98,15 +100,7 @@ def main() -> int:
         app.processEvents()
         settings.grab().save(str(out / f"settings-{args.theme}.png"))
         settings.close()
-        w.model_switch.showPopup()
-        app.processEvents()
-        popup = w.model_switch.view().window()
-        shot = w.grab()
-        painter = QPainter(shot)  # the popup is its own window: paint it where it opens
-        painter.drawPixmap(popup.pos() - w.mapToGlobal(QPoint(0, 0)), popup.grab())
-        painter.end()
-        shot.save(str(out / f"model-switcher-{args.theme}.png"))
-        w.model_switch.hidePopup()
+        grab_with_switcher_open(app, w, out / f"model-switcher-{args.theme}.png")
         if args.theme == "light":
             manager()
         else:
@@ -163,6 +157,17 @@ def main() -> int:
     return 0
 
 
+def scratch(prefix: str) -> Path:
+    """A folder for the screenshots' own data dir, removed when the script ends, and their own app
+    cache (auto's decisions, logs): what the user's machine measured earlier never shows in them."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, tmp, True)
+    user_cache = Path(os.environ.get("SPECEE_CACHE_DIR") or platformdirs.user_cache_dir("specee-chat"))
+    os.environ.setdefault("SPECEE_NATIVE_CACHE", str(user_cache / "native"))  # the build stays shared
+    os.environ["SPECEE_CACHE_DIR"] = str(tmp / "cache")
+    return tmp
+
+
 def remote_switcher(out: Path) -> int:
     """The switcher open on a remote engine's entry, after it answered (badge: remote · tok/s)."""
     import subprocess
@@ -170,9 +175,8 @@ def remote_switcher(out: Path) -> int:
     if "--remote-only" not in sys.argv:  # a fresh process: one QApplication (and palette) each
         cmd = [sys.executable, "-m", "tests.make_screenshots", "--out", str(out), "--remote-only"]
         return subprocess.run(cmd, check=True, cwd=ROOT).returncode
-    tmp = Path(tempfile.mkdtemp(prefix="specee-shots-remote-"))
-    from PySide6.QtCore import QPoint, Qt, QTimer
-    from PySide6.QtGui import QPainter
+    tmp = scratch("specee-shots-remote-")
+    from PySide6.QtCore import Qt, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
@@ -217,23 +221,30 @@ def remote_switcher(out: Path) -> int:
             if w.request_id:
                 QTimer.singleShot(100, shoot)
                 return
-            w.model_switch.showPopup()
-            app.processEvents()
-            popup = w.model_switch.view().window()
-            shot = w.grab()
-            painter = QPainter(shot)  # the popup is its own window: paint it where it opens
-            painter.drawPixmap(popup.pos() - w.mapToGlobal(QPoint(0, 0)), popup.grab())
-            painter.end()
-            shot.save(str(out / "model-switcher-remote-light.png"))
-            w.model_switch.hidePopup()
+            grab_with_switcher_open(app, w, out / "model-switcher-remote-light.png")
             w.close()
             app.quit()
 
         QTimer.singleShot(0, pick)
         QTimer.singleShot(180_000, app.quit)
         app.exec()
-    shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def grab_with_switcher_open(app, w, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The window with its model switcher open: the popup is its own window, painted where it opens."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtGui import QPainter
+
+    w.model_switch.showPopup()
+    app.processEvents()
+    popup = w.model_switch.view().window()
+    shot = w.grab()
+    painter = QPainter(shot)
+    painter.drawPixmap(popup.pos() - w.mapToGlobal(QPoint(0, 0)), popup.grab())
+    painter.end()
+    shot.save(str(path))
+    w.model_switch.hidePopup()
 
 
 if __name__ == "__main__":
