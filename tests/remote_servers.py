@@ -20,6 +20,7 @@ import keyring.backend
 import keyring.errors
 
 from engine.paths import REPO_ROOT
+from engine.serve.launcher import free_port
 
 
 class MemoryKeyring(keyring.backend.KeyringBackend):
@@ -101,12 +102,6 @@ def silent_server() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         s.listen(8)
         yield f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the real llama-server ---------------------------------------------------------------------------

@@ -7,13 +7,14 @@ Prompts go in as token ids formatted by our own chat code, so both sides see the
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.serve.launcher import free_port
 
 
 class PeerError(RuntimeError):
@@ -29,17 +30,11 @@ class PeerResult:
     stopped: bool  # ended on an end-of-generation token, not on n_predict
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PeerServer:
     """One llama-server process on 127.0.0.1; `spec` are its speculative flags (empty: plain)."""
 
     def __init__(self, binary: Path, model: Path, n_threads: int, n_ctx: int, spec: list[str], log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         cmd = [str(binary), "-m", str(model), "-t", str(n_threads), "-tb", str(n_threads), "-c", str(n_ctx),
                "-np", "1", "-ngl", "0", "--host", "127.0.0.1", "--port", str(self.port), *spec]  # fmt: skip
         self._log = log.open("w")
