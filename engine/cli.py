@@ -435,6 +435,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backend_state(b: dict) -> str:
+    if not b["loaded"]:
+        return "shipped, not loaded"
+    return f"{b['devices']} device{'s' if b['devices'] != 1 else ''}"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     if args.plan:
         return cmd_plan(args)
@@ -447,6 +453,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         from engine.native import build_info
 
         report["native"] = build_info()
+        from engine.placement.machine import backend_report
+
+        report["gpu"] = backend_report()
     except Exception as exc:
         report["native"] = {"error": str(exc)}
     path = default_model_path()
@@ -468,6 +477,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"native   llama-cpp-python {nat['llama_cpp_python']}, {patched}, build {nat.get('build_key', '-')}")
         print(f"         patches: {nat.get('patches', '-')}; features: {', '.join(nat.get('features', [])) or '-'}")
         print(f"         {nat.get('system_info', '')}")
+        gpu = report["gpu"]
+        shipped = ", ".join(f"{b['name']} ({_backend_state(b)})" for b in gpu["backends"])
+        print(f"backends {shipped}")
+        for d in gpu["devices"]:
+            print(f"device   {d['backend']}: {d['description'] or d['name']} ({d['type']}, "
+                  f"{d['memory_free'] / 1e9:.1f} of {d['memory_total'] / 1e9:.1f} GB free)")  # fmt: skip
+        if gpu["gpu"]:
+            print(f"GPU      models go on {gpu['gpu']['description'] or gpu['gpu']['name']} ({gpu['gpu']['backend']}); "
+                  "`specee doctor --plan` shows how many layers")  # fmt: skip
+        for why in gpu["why_no_gpu"]:
+            print(f"GPU      not used: {why}")
     dm = report["default_model"]
     print(f"default  {'installed' if dm['installed'] else 'not installed yet (installed on first run)'}: {dm['path']}")
     for m in report["models"]:

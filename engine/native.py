@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,35 @@ def lib() -> ctypes.CDLL:
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
     }
     return _bind(handle, sigs)
+
+
+def backends() -> list[dict[str, Any]]:
+    """ggml's backends as this build and machine offer them: each module the build ships
+    (libggml-<name>, loaded at run time), whether it loaded and how many devices it found.
+    A module that did not load lacks its runtime (a driver, libvulkan); one with no device found
+    none it may use."""
+    require_patched()
+    import llama_cpp
+    from llama_cpp import llama_cpp as lib_mod
+
+    handle = lib_mod._lib  # dlsym on it also finds libggml's registry, a dependency of libllama
+    vp = ctypes.c_void_p
+    size = ctypes.c_size_t
+    _bind(handle, {"ggml_backend_reg_count": ([], size), "ggml_backend_reg_get": ([size], vp),
+                   "ggml_backend_reg_name": ([vp], ctypes.c_char_p), "ggml_backend_reg_dev_count": ([vp], size)})  # fmt: skip
+    loaded = {}
+    for i in range(handle.ggml_backend_reg_count()):
+        reg = handle.ggml_backend_reg_get(i)
+        loaded[handle.ggml_backend_reg_name(reg).decode().lower()] = int(handle.ggml_backend_reg_dev_count(reg))
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    shipped = {m.group(1).lower() for p in folder.iterdir() if (m := _BACKEND_MODULE.fullmatch(p.name))}
+    shipped -= {"base"}
+    return [{"name": name, "shipped": name in shipped, "loaded": name in loaded, "devices": loaded.get(name, 0)}
+            for name in sorted(shipped | set(loaded), key=lambda n: (n != "cpu", n))]  # fmt: skip
+
+
+# libggml-vulkan.so, ggml-cuda.dll, libggml-cpu-haswell.so (one CPU module per ISA level): the backend's name
+_BACKEND_MODULE = re.compile(r"(?:lib)?ggml-([a-z]+)(?:-[a-z0-9_]+)?\.(?:so|dll|dylib)")
 
 
 class SpecStats(ctypes.Structure):

@@ -1,7 +1,8 @@
 """`specee-chat --selftest`: the installed app's end-to-end check, headless. Loads the default
 model in the worker (from the frozen executable itself in an installer build), generates a few
 tokens in every acceleration mode whose weights are installed, prints JSON, exits 0 only if all
-worked."""
+worked. It also reports the backends the installation ships and loaded, and the GPU models would
+go on (or why none): a machine without a GPU driver must still pass, on the CPU."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def run(n_tokens: int = 8) -> int:
             modes.append("specee")
         with WorkerClient() as client:
             report["worker_command"] = worker_command()
+            gpu = client.ready.native["gpu"] if client.ready else {}
+            report["backends"] = gpu.get("backends", [])
+            report["gpu"] = (gpu.get("gpu") or {}).get("description")
+            report["why_no_gpu"] = gpu.get("why_no_gpu", [])
             for mode in modes:
                 loaded = client.load(model, p.Placement(n_ctx=1024), mode=mode)
                 t = time.perf_counter()

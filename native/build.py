@@ -90,21 +90,38 @@ def sha256_file(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def detect_backend() -> str:
-    """cpu, cuda, metal or vulkan; SPECEE_BACKEND overrides. A compiler alone is not enough:
-    CUDA also needs a visible NVIDIA device, or every CPU-only box with a toolkit pays for it."""
+GPU_BACKENDS = ("cuda", "metal", "vulkan")
+
+
+def detect_backends() -> tuple[str, ...]:
+    """The GPU backends to build beside the CPU one, each a module loaded at run time
+    (GGML_BACKEND_DL): a machine without the driver runs on the CPU. SPECEE_BACKEND overrides
+    with a comma list ("cpu" alone: none). CUDA needs the toolkit and a visible NVIDIA device, or
+    every CPU-only box with a toolkit pays for it; Vulkan needs only its toolchain (glslc and the
+    headers), since tests run it on Mesa's CPU driver (lavapipe) everywhere."""
     forced = os.environ.get("SPECEE_BACKEND", "").strip().lower()
     if forced:
-        if forced not in {"cpu", "cuda", "metal", "vulkan"}:
-            raise BuildError("detect", f"SPECEE_BACKEND={forced!r} is unknown", "use cpu, cuda, metal or vulkan")
-        return forced
-    if sys.platform == "darwin":
-        return "metal"
+        names = tuple(dict.fromkeys(n.strip() for n in forced.split(",") if n.strip()))
+        unknown = [n for n in names if n not in ("cpu", *GPU_BACKENDS)]
+        if unknown or not names:
+            raise BuildError("detect", f"SPECEE_BACKEND={forced!r} is unknown", "use cpu, cuda, metal or vulkan, or a comma list")
+        return tuple(n for n in GPU_BACKENDS if n in names)
+    found = []
     if shutil.which("nvcc") and (Path("/dev/nvidia0").exists() or _runs(["nvidia-smi", "-L"])):
-        return "cuda"
-    if os.environ.get("VULKAN_SDK") and shutil.which("glslc"):
-        return "vulkan"
-    return "cpu"
+        found.append("cuda")
+    if sys.platform == "darwin":
+        found.append("metal")
+    if vulkan_toolchain():
+        found.append("vulkan")
+    return tuple(found)
+
+
+def vulkan_toolchain() -> bool:
+    """glslc and the Vulkan headers (Debian: glslc, libvulkan-dev; elsewhere the LunarG SDK)."""
+    sdk = os.environ.get("VULKAN_SDK")
+    headers = [Path(sdk) / "include" / "vulkan" / "vulkan.h"] if sdk else []
+    headers.append(Path("/usr/include/vulkan/vulkan.h"))
+    return shutil.which("glslc") is not None and any(h.is_file() for h in headers)
 
 
 def _runs(cmd: list[str]) -> bool:
@@ -114,15 +131,50 @@ def _runs(cmd: list[str]) -> bool:
         return False
 
 
-def cmake_args(backend: str) -> list[str]:
+def backend_label(gpu_backends: tuple[str, ...]) -> str:
+    return "+".join(("cpu", *gpu_backends))
+
+
+def cmake_args(gpu_backends: tuple[str, ...], dynamic: bool = True) -> list[str]:
+    """Our build loads its backends at run time (patch 0011 finds them beside libggml); the plain
+    upstream flavour links them in, as upstream llama-cpp-python does."""
     args = list(BASE_CMAKE_ARGS)
-    args.append("-DGGML_CUDA=ON" if backend == "cuda" else "-DGGML_CUDA=OFF")
-    args.append("-DGGML_VULKAN=ON" if backend == "vulkan" else "-DGGML_VULKAN=OFF")
-    # A portable build (installers) must not bake in this machine's ISA.
-    portable = os.environ.get("SPECEE_PORTABLE") == "1"
-    args.append("-DGGML_NATIVE=OFF" if portable else "-DGGML_NATIVE=ON")
+    args.append(f"-DGGML_BACKEND_DL={'ON' if dynamic else 'OFF'}")
+    for name in GPU_BACKENDS:
+        args.append(f"-DGGML_{name.upper()}={'ON' if name in gpu_backends else 'OFF'}")
+    args += cpu_isa_args(dynamic, portable=os.environ.get("SPECEE_PORTABLE") == "1")
     extra = os.environ.get("SPECEE_CMAKE_ARGS", "").split()
     return args + extra
+
+
+# cpuinfo flag -> ggml's option for it (x86). GGML_AVX512 wants the whole F/CD/VL/DQ/BW set.
+X86_ISA_OPTIONS = {
+    "sse4_2": "GGML_SSE42", "avx": "GGML_AVX", "avx2": "GGML_AVX2", "fma": "GGML_FMA", "f16c": "GGML_F16C",
+    "bmi2": "GGML_BMI2", "avx_vnni": "GGML_AVX_VNNI", "avx512vbmi": "GGML_AVX512_VBMI",
+    "avx512_vnni": "GGML_AVX512_VNNI", "avx512_bf16": "GGML_AVX512_BF16", "amx_tile": "GGML_AMX_TILE",
+    "amx_int8": "GGML_AMX_INT8", "amx_bf16": "GGML_AMX_BF16",
+}  # fmt: skip
+AVX512_BASE = {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}
+
+
+def cpu_isa_args(dynamic: bool, portable: bool) -> list[str]:
+    """How the CPU backend targets an instruction set. Installers (portable) build one CPU module
+    per x86/ARM level and ggml loads the best the user's CPU runs. A build for this machine uses
+    this CPU's instruction sets: -march=native where backends are linked in; with loadable backends
+    ggml refuses GGML_NATIVE (its module's feature check needs the ISA named), so on x86 this CPU's
+    flags are named one by one, and elsewhere every level is built."""
+    if portable:
+        return ["-DGGML_NATIVE=OFF", "-DGGML_CPU_ALL_VARIANTS=ON"] if dynamic else ["-DGGML_NATIVE=OFF"]
+    if not dynamic:
+        return ["-DGGML_NATIVE=ON"]
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ["-DGGML_NATIVE=OFF", "-DGGML_CPU_ALL_VARIANTS=ON"]
+    flags = set(cpu_fingerprint().split())
+    on = {opt for flag, opt in X86_ISA_OPTIONS.items() if flag in flags}
+    if flags >= AVX512_BASE:
+        on.add("GGML_AVX512")
+    options = sorted({*X86_ISA_OPTIONS.values(), "GGML_AVX512"})
+    return ["-DGGML_NATIVE=OFF", *(f"-D{opt}={'ON' if opt in on else 'OFF'}" for opt in options)]
 
 
 def cpu_fingerprint() -> str:
@@ -147,7 +199,7 @@ class Recipe:
         h = hashlib.sha256()
         for part in (RECIPE_VERSION, SDIST_SHA256, self.backend, *self.cmake_args):
             h.update(part.encode() + b"\0")
-        if "-DGGML_NATIVE=ON" in self.cmake_args:
+        if "-DGGML_NATIVE=ON" in self.cmake_args:  # other builds name their ISA flags in cmake_args
             h.update(cpu_fingerprint().encode())
         for path in (*self.patches, *self.sources):
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -159,10 +211,10 @@ class Recipe:
 
 
 def make_recipe(upstream: bool) -> Recipe:
-    backend = detect_backend()
+    gpu_backends = detect_backends()
     patches = () if upstream else tuple(sorted(PATCH_DIR.glob("*.patch")))
     sources = () if upstream else tuple(sorted(p for p in SOURCE_DIR.rglob("*") if p.is_file()))
-    return Recipe(patches, sources, tuple(cmake_args(backend)), backend)
+    return Recipe(patches, sources, tuple(cmake_args(gpu_backends, dynamic=not upstream)), backend_label(gpu_backends))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,10 +355,12 @@ def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
     with log_path.open("w") as log, tqdm(total=100, desc=f"compiling llama.cpp ({name})", unit="%") as bar:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
+        ninja = False  # once ninja counts steps, a sub-build's own "[100%]" (vulkan-shaders-gen) is not ours
         for line in proc.stdout:
             log.write(line)
             m = PROGRESS.match(line)
-            if m:
+            if m and (m.group(1) or not ninja):
+                ninja = ninja or bool(m.group(1))
                 pct = int(m.group(1)) * 100 // int(m.group(2)) if m.group(1) else int(m.group(3))
                 bar.update(max(0, pct - bar.n))
         rc = proc.wait()
@@ -316,8 +370,9 @@ def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
         raise BuildError(
             "compile",
             f"pip wheel exited with {rc}; last lines of {log_path}:\n{tail}",
-            "install a C/C++ toolchain and cmake>=3.21 (Debian: apt install build-essential cmake), "
-            "then run again; set SPECEE_BACKEND=cpu to rule out a GPU toolkit problem",
+            "install a C/C++ toolchain and cmake>=3.21 (Debian: apt install build-essential cmake"
+            + (" glslc libvulkan-dev spirv-headers" if "vulkan" in recipe.backend else "")
+            + "), then run again; set SPECEE_BACKEND=cpu to rule out a GPU toolkit problem",
         )
     build_dir.mkdir(parents=True, exist_ok=True)
     flags_file.write_text(flags)

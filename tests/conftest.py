@@ -44,6 +44,50 @@ from engine.models.default_model import DEFAULT_MODEL, download_wheel, ensure_de
 from engine.remote import endpoints  # noqa: E402
 from tests.remote_servers import MemoryKeyring, build_llama_server, running_llama_server  # noqa: E402
 
+LAVAPIPE_ICDS = sorted(Path("/usr/share/vulkan/icd.d").glob("lvp_icd.*.json"))
+# SPECEE_TEST_GPU: "auto" (lavapipe where no real GPU is found), "lavapipe" (always), "real" (never)
+TEST_GPU = os.environ.get("SPECEE_TEST_GPU", "auto")
+
+
+def _gpu_devices_in_a_fresh_process() -> list[dict]:
+    """ggml's GPU devices as a process that opted into nothing sees them (a Vulkan or CUDA backend
+    reads its environment once, at first use: this process must choose before that)."""
+    import json
+    import subprocess
+    import sys
+
+    code = "import json; from engine.placement.machine import devices; print(json.dumps(devices()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+        return [d for d in json.loads(done.stdout.strip().splitlines()[-1]) if d["type"] in ("gpu", "igpu")]
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return []
+
+
+def _opt_into_lavapipe() -> bool:
+    """Where this build ships the Vulkan backend and the machine has no real GPU, tests run the
+    `gpu` cases on Mesa's lavapipe, a Vulkan device on the CPU, as llama.cpp's own CI does: ggml
+    lists a CPU-type device only when GGML_VK_VISIBLE_DEVICES names it. It is ~200x slower than the
+    CPU backend, so ggml must never move a CPU layer's big matrix products onto it (op offload),
+    and the planner never places a user's model on it (engine.placement.machine.usable_gpus)."""
+    if TEST_GPU == "real" or not LAVAPIPE_ICDS:
+        return False
+    try:
+        import llama_cpp
+    except ImportError:
+        return False
+    if not list((Path(llama_cpp.__file__).parent / "lib").glob("*ggml-vulkan*")):
+        return False
+    if TEST_GPU == "auto" and _gpu_devices_in_a_fresh_process():
+        return False
+    os.environ["VK_ICD_FILENAMES"] = str(LAVAPIPE_ICDS[0])
+    os.environ["GGML_VK_VISIBLE_DEVICES"] = "0"
+    os.environ["GGML_OP_OFFLOAD_MIN_BATCH"] = str(1 << 30)
+    return True
+
+
+ON_LAVAPIPE = _opt_into_lavapipe()
+
 
 def _has_gpu() -> bool:
     from engine.placement.machine import devices
@@ -52,14 +96,21 @@ def _has_gpu() -> bool:
 
 
 # Engine tests run once per backend this build and machine offer: "cpu" (no layer offloaded)
-# always, "gpu" (every layer offloaded) where ggml finds a GPU; never assume there is none.
+# always, "gpu" where ggml finds a GPU (lavapipe included); never assume there is none.
 HAS_GPU = _has_gpu()
-NO_GPU = "no GPU device: this build or machine is CPU-only"
+NO_GPU = "no GPU device: this build has no GPU backend and no GPU or lavapipe was found"
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.skipif(not HAS_GPU, reason=NO_GPU))]
+# A GPU the planner may place a model on (lavapipe never is, unless a test opts in).
+PLANNER_GPU = HAS_GPU and not ON_LAVAPIPE
+# A real GPU takes every layer; lavapipe, ~200x slower than the CPU, the last few (the rest run on
+# the CPU): the same device code, in seconds instead of minutes.
+LAVAPIPE_LAYERS = 3
 
 
 def gpu_layers(backend: str) -> int:
-    return -1 if backend == "gpu" else 0
+    if backend != "gpu":
+        return 0
+    return LAVAPIPE_LAYERS if ON_LAVAPIPE else -1
 
 
 def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-untyped-def]

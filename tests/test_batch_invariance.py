@@ -13,6 +13,7 @@ from llama_cpp import Llama
 from llama_cpp import llama_cpp as C
 
 from engine.worker.session import batch_invariant_weights
+from tests.conftest import HAS_GPU, NO_GPU
 from tests.tiny_models import write_tiny_gguf
 
 MAX_VERIFY_ROWS = 17  # the longest draft the worker accepts (16) plus the verified token
@@ -145,3 +146,62 @@ def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
     assert {r.split()[0] for r in rows} >= {"q4_1", "q5_0", "q8_0", "q4_K", "q6_K"}
     bad = [r for r in rows if " DIFF" in r or "!= ggml" in r]
     assert bad == [], bad
+
+
+# Where the tiny model's two layers go on a GPU device (lavapipe where there is no real GPU): all of
+# them, the last one (upstream's layout) or the first one (SpecEE's, patch 0003); the rest on the CPU.
+GPU_PLACEMENTS = {"gpu-all": (-1, "last"), "gpu-last-1": (1, "last"), "gpu-first-1": (1, "first")}
+
+
+def _gpu_llama(path: Path, where: str) -> Llama:
+    from engine import native
+
+    n_gpu, layout = GPU_PLACEMENTS[where]
+    if layout == "first":
+        native.lib().specee_set_first_layers_on_gpu(n_gpu, False)
+    try:
+        with batch_invariant_weights(False):
+            return Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, n_gpu_layers=n_gpu, verbose=False)
+    finally:
+        if layout == "first":
+            native.lib().specee_set_first_layers_on_gpu(-1, False)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
+@pytest.mark.parametrize("where", GPU_PLACEMENTS)
+@pytest.mark.parametrize("which", ["q4_k_m", "default-q4_1"])
+def test_on_the_gpu_every_verify_batch_size_reproduces_the_one_token_decode(
+    q4_k_model: Path, model_path: Path, which: str, where: str
+) -> None:
+    """The GPU backend's kernels (patch 0012 for Vulkan): a verify batch of 2..17 rows gives row 0
+    the logits of a one-token decode, bit for bit, with every layer on the device or a split."""
+    if which == "default-q4_1" and where == "gpu-all":
+        pytest.skip("30 layers on a software device take minutes; the tiny model covers every layer on it")
+    llm = _gpu_llama(q4_k_model if which == "q4_k_m" else model_path, where)
+    try:
+        prefix = list(range(100, 140))
+        _decode(llm, prefix, 0, keep=True)
+        drafts = list(range(300, 300 + MAX_VERIFY_ROWS))
+        one = _decode(llm, drafts[:1], len(prefix), keep=False)[0]
+        differ = [
+            n
+            for n in range(2, MAX_VERIFY_ROWS + 1)
+            if not np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one)
+        ]
+        assert differ == [], f"verify batches of {differ} rows change row 0's logits"
+    finally:
+        llm.close()
+
+
+@pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
+@pytest.mark.parametrize("where", GPU_PLACEMENTS)
+def test_on_the_gpu_a_prompt_gets_the_same_logits_whatever_its_chunks(q4_k_model: Path, where: str) -> None:
+    llm = _gpu_llama(q4_k_model, where)
+    try:
+        tokens = list(range(200, 260))
+        whole = _decode(llm, tokens, 0, keep=False)
+        chunked = np.concatenate([_decode(llm, tokens[:21], 0, keep=True), _decode(llm, tokens[21:], 21, keep=False)])
+        differ = [i for i in range(len(tokens)) if not np.array_equal(whole[i], chunked[i])]
+        assert differ == [], f"rows {differ[:10]} depend on the chunking"
+    finally:
+        llm.close()

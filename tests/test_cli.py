@@ -4,6 +4,7 @@ import pytest
 
 from engine.cli import main as cli
 from engine.native import build_info
+from tests.conftest import HAS_GPU, ON_LAVAPIPE
 
 
 def test_doctor_prints_hardware_build_and_patch_feature(model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,17 +138,33 @@ def test_chat_with_a_broken_model_exits_with_a_clear_error(truncated_model: Path
     assert "truncated" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_app_selftest_runs_every_installed_mode(model_path) -> None:  # type: ignore[no-untyped-def]
-    """What installers run after installing: `specee-chat --selftest` (here unfrozen)."""
+@pytest.mark.parametrize("driver", ["as-here", "no-vulkan-driver"])
+def test_app_selftest_runs_every_installed_mode(model_path, driver: str) -> None:  # type: ignore[no-untyped-def]
+    """What installers run after installing: `specee-chat --selftest` (here unfrozen). It names
+    the backends the build ships; on a machine with no Vulkan driver (no ICD to load) the Vulkan
+    module loads with no device, says why, and every mode runs on the CPU."""
     import json
+    import os
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "app.main", "--selftest"], capture_output=True, text=True, timeout=300)
+    env = dict(os.environ)
+    if driver == "no-vulkan-driver":
+        env["VK_ICD_FILENAMES"] = "/nonexistent/no_icd.json"
+        env.pop("GGML_VK_VISIBLE_DEVICES", None)
+    out = subprocess.run([sys.executable, "-m", "app.main", "--selftest"], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     report = json.loads(out.stdout)
     assert report["ok"] and set(report["modes"]) == {"vanilla", "ngram", "eagle", "specee"}
     assert all(m["tokens"] > 0 for m in report["modes"].values())
+    backends = {b["name"]: b for b in report["backends"]}
+    assert backends["cpu"]["loaded"] and backends["cpu"]["devices"] == 1
+    if not (HAS_GPU and not ON_LAVAPIPE):  # no real GPU here: lavapipe (tests opt in) is never the one used
+        assert report["gpu"] is None
+        assert report["why_no_gpu"], "a build or machine that offers no usable GPU must say why"
+    if "vulkan" in backends and driver == "no-vulkan-driver":
+        assert backends["vulkan"]["devices"] == 0
+        assert any("vulkan" in why for why in report["why_no_gpu"])
 
 
 def test_about_names_version_and_build() -> None:

@@ -59,7 +59,7 @@ def test_sync_tree_rewrites_only_changed_files(tmp_path: Path) -> None:
 def test_unknown_backend_is_an_actionable_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SPECEE_BACKEND", "quantum")
     try:
-        native_build.detect_backend()
+        native_build.detect_backends()
     except native_build.BuildError as exc:
         assert "how to fix" in str(exc) and exc.step == "detect"
     else:

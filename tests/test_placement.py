@@ -11,7 +11,7 @@ import pytest
 
 from engine import protocol as p
 from engine.client import WorkerClient
-from engine.placement.machine import devices, this_machine
+from engine.placement.machine import ALLOW_SOFTWARE_GPU_ENV, devices, this_machine
 from engine.placement.model_facts import MODEL_CLASSES, facts_from_gguf
 from engine.placement.planner import (
     COMPUTE_BUFFER,
@@ -23,7 +23,7 @@ from engine.placement.planner import (
     placement_for,
     plan,
 )
-from tests.conftest import HAS_GPU, NO_GPU
+from tests.conftest import HAS_GPU, NO_GPU, ON_LAVAPIPE, PLANNER_GPU
 
 
 def _frequent_exits(n_layer: int) -> Exits:
@@ -76,7 +76,7 @@ def test_detection_here_is_stable_and_matches_ggml() -> None:
     assert any(d["type"] == "cpu" for d in devs)
     a, b = this_machine(), this_machine()
     assert (a.name, a.physical_cores, a.ram_gb, a.gpu) == (b.name, b.physical_cores, b.ram_gb, b.gpu)
-    assert (a.gpu is not None) == HAS_GPU
+    assert (a.gpu is not None) == PLANNER_GPU
 
 
 def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> 
         loaded = client.load(model_path, p.Placement(n_ctx=2048), mode="vanilla")
         assert (loaded.placement.n_gpu_layers, loaded.placement.layout) == (want.n_gpu_layers, want.layout)
         assert loaded.plan == pl.explanation and loaded.n_threads == pl.n_threads and loaded.n_ctx == 2048
-        if not HAS_GPU:
+        if not PLANNER_GPU:
             assert loaded.placement.n_gpu_layers == 0 and "layers on the CPU" in loaded.plan
         done = list(client.stream([{"role": "user", "content": "Hi"}], p.Sampling.greedy(4)))[-1]
         assert done.n_generated > 0
@@ -98,7 +98,9 @@ def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> 
 
 
 @pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
-def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_path: Path) -> None:
+def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    if ON_LAVAPIPE:  # the planner takes lavapipe only when told to (here and in the worker started below)
+        monkeypatch.setenv(ALLOW_SOFTWARE_GPU_ENV, "1")
     want, _pl = placement_for(model_path, 2048, 0, may_exit=False)  # eagle: no exits
     assert want.n_gpu_layers != 0, "the default model fits on any GPU"
     assert p.Placement(n_gpu_layers=4, layout="first").last_layer_on_gpu(30) is False
@@ -129,7 +131,7 @@ def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_pa
     assert len(names) == len(load_profiles()) + 1  # + this machine
     assert all(pl["explanation"] for pl in plans)
     assert main(["doctor", "--plan", str(model_path)]) == 0
-    assert ("layers (" if HAS_GPU else "layers on the CPU") in capsys.readouterr().out  # "N of M layers (first) on <GPU>"
+    assert ("layers (" if PLANNER_GPU else "layers on the CPU") in capsys.readouterr().out  # "N of M layers (first) on <GPU>"
 
 
 def test_the_planners_sizes_agree_with_llama_cpps_dry_run(model_path: Path) -> None:

@@ -4,6 +4,7 @@ backend device list (through our C API), cached by a fingerprint of what was fou
 from __future__ import annotations
 
 import json
+import os
 
 from engine.hardware import detect
 from engine.placement.planner import Gpu, HardwareProfile
@@ -40,14 +41,66 @@ def devices() -> list[dict]:
     return json.loads(native.lib().specee_devices_json().decode())
 
 
+# Vulkan drivers that run on the CPU (Mesa's lavapipe reports itself as llvmpipe; Google's
+# SwiftShader): ~200x slower than our CPU backend, so never a place for a user's model. ggml's Vulkan
+# backend already hides CPU-type devices unless GGML_VK_VISIBLE_DEVICES names them; tests name
+# lavapipe there and opt in here too.
+SOFTWARE_GPU_NAMES = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
+ALLOW_SOFTWARE_GPU_ENV = "SPECEE_ALLOW_SOFTWARE_GPU"
+
+
+def is_software_gpu(device: dict) -> bool:
+    text = f"{device.get('name', '')} {device.get('description', '')}".lower()
+    return any(name in text for name in SOFTWARE_GPU_NAMES)
+
+
+def usable_gpus() -> tuple[list[dict], list[str]]:
+    """The GPU devices a model may go on, and why each other GPU device may not."""
+    allow_software = os.environ.get(ALLOW_SOFTWARE_GPU_ENV) == "1"
+    usable, skipped = [], []
+    for d in devices():
+        if d["type"] not in ("gpu", "igpu"):
+            continue
+        if is_software_gpu(d) and not allow_software:
+            skipped.append(f"{d['description'] or d['name']} ({d['backend']}) is a software renderer on the CPU, "
+                           f"slower than the CPU backend; set {ALLOW_SOFTWARE_GPU_ENV}=1 to use it anyway")  # fmt: skip
+            continue
+        usable.append(d)
+    return usable, skipped
+
+
+def backend_report() -> dict:
+    """What `specee doctor` says about GPUs: the backends this build ships and loaded, the devices
+    found, the one the planner may use, and why a GPU is not used when none is."""
+    from engine import native
+
+    found = native.backends()
+    usable, skipped = usable_gpus()
+    why: list[str] = list(skipped)
+    gpu_backends = [b for b in found if b["name"] != "cpu"]
+    if not usable and not skipped:
+        if not gpu_backends:
+            why.append("this build has no GPU backend (native/build.py builds Vulkan where glslc and the Vulkan headers "
+                       "are installed, CUDA where nvcc and an NVIDIA device are)")  # fmt: skip
+        for b in gpu_backends:
+            if not b["loaded"]:
+                runtime = "the Vulkan loader libvulkan1 and a GPU driver" if b["name"] == "vulkan" else "the GPU driver"
+                why.append(f"the {b['name']} backend did not load: its runtime is missing ({runtime})")
+            elif b["devices"] == 0:
+                why.append(f"the {b['name']} backend found no device it may use (no GPU driver installed, "
+                           "or only a software renderer, which ggml hides)")  # fmt: skip
+    chosen = usable[0] if usable else None
+    return {"backends": found, "devices": devices(), "gpu": chosen, "why_no_gpu": [] if chosen else why}
+
+
 def this_machine() -> HardwareProfile:
     hw = detect()
     gpu = None
-    for d in devices():
-        if d["type"] in ("gpu", "igpu"):
-            gpu = Gpu(d["description"] or d["name"], d["backend"], d["memory_total"] / 1e9, d["memory_free"] / 1e9,
-                      bw_gbs=200.0 if d["type"] == "gpu" else 60.0, unified=d["type"] == "igpu")  # fmt: skip
-            break
+    usable = usable_gpus()[0]
+    if usable:
+        d = usable[0]
+        gpu = Gpu(d["description"] or d["name"], d["backend"], d["memory_total"] / 1e9, d["memory_free"] / 1e9,
+                  bw_gbs=200.0 if d["type"] == "gpu" else 60.0, unified=d["type"] == "igpu")  # fmt: skip
     try:
         bw, measured = measure_cpu_bandwidth(), True
     except (MemoryError, OSError):

@@ -91,8 +91,10 @@ def main() -> int:
     from engine.worker.chat_prompt import ChatFormatError
     from engine.worker.session import LoadError, Session
 
+    from engine.placement.machine import backend_report
+
     try:
-        native = build_info()
+        native = {**build_info(), "gpu": backend_report()}  # the backends loaded and the GPU used, or why none
     except Exception as exc:  # a broken native install must be reported, not crash silently
         channel.emit(p.Error(kind=p.ErrorKind.NATIVE, message=str(exc)))
         return 3

@@ -567,7 +567,8 @@ specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {
         x->dv_ctx = ggml_init(ip);
         x->w_dv = ggml_new_tensor_2d(x->dv_ctx, model.output->type, x->n_embd, n_dv);
         ggml_set_name(x->w_dv, "specee_draft_vocab_head");
-        x->dv_buf = ggml_backend_alloc_ctx_tensors_from_buft(x->dv_ctx, ggml_backend_cpu_buffer_type());
+        x->dv_buf = ggml_backend_alloc_ctx_tensors_from_buft(
+            x->dv_ctx, ggml_backend_dev_buffer_type(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)));  // host memory; no link to ggml-cpu (a loadable module)
         const size_t row = model.output->nb[1];
         std::vector<uint8_t> buf(row);
         for (int64_t i = 0; i < n_dv; ++i) {

@@ -1,5 +1,5 @@
 # Windows: frozen app + Inno Setup installer. Run from the repository root in PowerShell.
-#   $env:SPECEE_BACKEND = "cuda"   # or "vulkan" / "cpu"; needs the toolkit on PATH
+#   $env:SPECEE_BACKEND = "cuda,vulkan"   # each a module loaded at run time; needs the CUDA toolkit and the Vulkan SDK
 #   python -m venv .venv; .venv\Scripts\pip install -e ".[dev,package]"; .venv\Scripts\python native\build.py
 #   powershell -File packaging\windows\build_windows.ps1
 $ErrorActionPreference = "Stop"
