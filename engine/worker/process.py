@@ -88,10 +88,9 @@ def main() -> int:
     # Import after the thread environment is set: this loads llama.cpp.
     from engine.models.gguf_file import ModelFileError
     from engine.native import build_info
+    from engine.placement.machine import backend_report
     from engine.worker.chat_prompt import ChatFormatError
     from engine.worker.session import LoadError, Session
-
-    from engine.placement.machine import backend_report
 
     try:
         native = {**build_info(), "gpu": backend_report()}  # the backends loaded and the GPU used, or why none
