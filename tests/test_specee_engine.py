@@ -18,8 +18,10 @@ from engine import native
 from engine import protocol as p
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
+from engine.placement.machine import devices
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import SpecEEDecoder, VanillaDecoder
+from engine.worker.session import SPECEE_NOT_ON_VULKAN
 from tests.conftest import BACKENDS, gpu_layers
 
 HEAD = RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gguf"
@@ -33,6 +35,8 @@ def _llm(model_path: Path, backend: str = "cpu") -> Llama:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def llm(model_path: Path, request: pytest.FixtureRequest) -> Llama:
+    if request.param == "gpu" and any(d["backend"].lower() == "vulkan" for d in devices() if d["type"] != "cpu"):
+        pytest.skip(f"Vulkan: {SPECEE_NOT_ON_VULKAN} (the worker refuses it; tests/test_specee_mode.py pins that)")
     m = _llm(model_path, request.param)
     yield m
     m.close()

@@ -12,6 +12,7 @@ from engine import protocol as p
 from engine.client import WorkerClient, WorkerError
 from engine.models.acceleration import find_pack
 from engine.models.exit_predictors import load_predictors
+from tests.conftest import ON_LAVAPIPE
 
 QUESTION = "Explain how a bicycle works."
 
@@ -85,3 +86,17 @@ def test_predictors_for_another_model_are_refused_by_the_worker(
         with pytest.raises(WorkerError) as err:
             client.load(model_path, mode="specee")
         assert err.value.kind == "wrong_predictors" and "specee train exits" in str(err.value)
+
+
+@pytest.mark.skipif(not ON_LAVAPIPE, reason="needs a Vulkan device (the tests opt into lavapipe where there is no real GPU)")
+def test_specee_with_layers_on_vulkan_is_refused_and_the_model_keeps_running(model_path: Path) -> None:
+    """SpecEE's exit checks crash the Vulkan backend (lavapipe): the worker refuses the mode with
+    the reason, says so in Loaded.acceleration, and every other mode still loads there."""
+    on_vulkan = p.Placement(n_ctx=1024, n_gpu_layers=3, layout="last")
+    with WorkerClient() as client:
+        loaded = client.load(model_path, on_vulkan, mode="eagle")
+        assert loaded.mode == "eagle" and "specee" not in loaded.acceleration.modes
+        with pytest.raises(WorkerError) as err:
+            client.load(model_path, on_vulkan, mode="specee")
+        assert err.value.kind == "no_acceleration" and "Vulkan" in str(err.value)
+        assert client.load(model_path, p.Placement(n_ctx=1024, n_gpu_layers=0), mode="specee").mode == "specee"

@@ -198,10 +198,12 @@ class Session:
             why_not["eagle"] = why_not["specee"] = missing("EAGLE head", "eagle")
         else:
             makers["eagle"] = lambda: self._eagle_decoder(load, pack, head)
-            if exits is not None:
-                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
-            else:
+            if exits is None:
                 why_not["specee"] = missing("SpecEE exit predictors", "exits")
+            elif self._layers_on_vulkan():
+                why_not["specee"] = (p.ErrorKind.NO_ACCELERATION, SPECEE_NOT_ON_VULKAN)
+            else:
+                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
             if not flags.eagle_measured and load.mode == p.Mode.AUTO:
                 # explicit eagle/specee run; only auto leaves an unmeasured head out (see _make_decoder)
                 assert pack is not None
@@ -211,6 +213,13 @@ class Session:
                 why_not["eagle"] = why_not["specee"] = (p.ErrorKind.NOT_MEASURED, unmeasured)
         flags.modes = [p.Mode.VANILLA, *(p.Mode(m) for m in makers)]
         return makers, why_not, flags
+
+    def _layers_on_vulkan(self) -> bool:
+        from engine.placement.machine import devices
+
+        if self.placement.n_gpu_layers == 0:
+            return False
+        return any(d["backend"].lower() == "vulkan" and d["type"] in ("gpu", "igpu") for d in devices())
 
     def _auto_key(self, model_path: Path, modes: list[str]) -> str:
         """What auto's decision depends on: the model, the weights, the native build, the machine."""
@@ -428,6 +437,14 @@ class Session:
             emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
+
+
+# SpecEE's per-layer exit checks (an eval callback that computes the graph in pieces) corrupt memory
+# on Vulkan: seen on Mesa's lavapipe, with or without patches 0012-0014, never yet on a real GPU.
+SPECEE_NOT_ON_VULKAN = (
+    "specee does not run with layers on a Vulkan GPU yet (its per-layer exit checks crash the Vulkan backend); "
+    "use eagle, ngram or vanilla there, or load with every layer on the CPU (GPU layers 0)"
+)
 
 
 @contextlib.contextmanager

@@ -71,6 +71,7 @@ specee_eagle * specee_eagle_init(llama_context * ctx_tgt, llama_model * draft, i
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.ctx_other = ctx_tgt;  // the head borrows the target's token embedding
+    cp.flash_attn_type = specee_flash_attn_type(ctx_tgt);
     e->dft = llama_init_from_model(draft, cp);
     if (e->dft == nullptr) {
         specee_error_msg = "could not create the draft context";

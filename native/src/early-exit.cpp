@@ -514,6 +514,10 @@ void specee_exit_graph_end(llm_graph_context & g, specee_exit_build * b, llm_gra
 
 // ---- C API ----------------------------------------------------------------------------------
 
+enum llama_flash_attn_type specee_flash_attn_type(const llama_context * ctx) {
+    return ctx->get_cparams().flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+}
+
 bool specee_exit_arch_supported(const llama_model * model) {
     // the architectures whose graph builders call the exit hooks (patches 0002 and 0005)
     switch (model->arch) {

@@ -80,6 +80,11 @@ struct specee_ee_stats {
     int32_t n_confirmed;        // steps whose exit onto an end-of-generation or stop token was declined
 };
 
+// The attention a draft context (EAGLE head, draft model) should use: the target context's, resolved
+// (flash attention on or off). Default context params ask for "auto", which turned flash attention on
+// for a head on a GPU while the target ran without it (and Mesa's lavapipe crashes in its shader).
+LLAMA_API enum llama_flash_attn_type specee_flash_attn_type(const struct llama_context * ctx);
+
 // Whether early exit can run on this model: its architecture's graph builder calls our exit hooks
 // (llama, qwen2, qwen3). Other models run the other modes.
 LLAMA_API bool specee_exit_arch_supported(const struct llama_model * model);

@@ -80,6 +80,7 @@ specee_spec * specee_spec_init(llama_context * ctx_tgt, const char * type, llama
         cp.n_seq_max = 1;
         cp.n_threads = n_threads;
         cp.n_threads_batch = n_threads;
+        cp.flash_attn_type = specee_flash_attn_type(ctx_tgt);  // the target's attention, not "auto"
         s->dft = llama_init_from_model(draft_model, cp);
         if (s->dft == nullptr) {
             g_error = "could not create the draft model's context";
