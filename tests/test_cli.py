@@ -106,7 +106,8 @@ def test_terminal_chat_ctrl_c_stops_the_answer_not_the_engine(model_path: Path) 
         end = time.monotonic() + 60
         while not any("[stopped]" in line for line in err) and time.monotonic() < end:
             time.sleep(0.1)
-        signals = [line.strip() for line in open(f"/proc/{proc.pid}/status") if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        signals = [line for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
         assert any("[stopped]" in line for line in err), "".join(err)[-1000:] + f"\nCLI process: {signals}"
         read_for(0.5)
         proc.stdin.write("/help\n")
