@@ -13,7 +13,7 @@ from llama_cpp import Llama
 from llama_cpp import llama_cpp as C
 
 from engine.worker.session import batch_invariant_weights
-from tests.conftest import HAS_GPU, NO_GPU
+from tests.conftest import HAS_GPU, NO_GPU, ON_LAVAPIPE
 from tests.tiny_models import write_tiny_gguf
 
 MAX_VERIFY_ROWS = 17  # the longest draft the worker accepts (16) plus the verified token
@@ -51,6 +51,26 @@ def _decode(llm: Llama, tokens: list[int], start: int, keep: bool) -> np.ndarray
     return logits
 
 
+def _verify_sizes_that_change_row_0(llm: Llama) -> list[int]:
+    """After a cached 40-token conversation: the verify sizes (2..17 rows) whose row 0 differs from
+    a one-token decode of the same token."""
+    prefix = list(range(100, 140))
+    _decode(llm, prefix, 0, keep=True)
+    drafts = list(range(300, 300 + MAX_VERIFY_ROWS))
+    one = _decode(llm, drafts[:1], len(prefix), keep=False)[0]
+    return [
+        n for n in range(2, MAX_VERIFY_ROWS + 1) if not np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one)
+    ]
+
+
+def _rows_that_depend_on_the_chunking(llm: Llama, n_tokens: int, cut: int) -> list[int]:
+    """A prompt of n_tokens decoded in one batch and as cut + the rest: the rows that differ."""
+    tokens = list(range(200, 200 + n_tokens))
+    whole = _decode(llm, tokens, 0, keep=False)
+    chunked = np.concatenate([_decode(llm, tokens[:cut], 0, keep=True), _decode(llm, tokens[cut:], cut, keep=False)])
+    return [i for i in range(n_tokens) if not np.array_equal(whole[i], chunked[i])]
+
+
 @pytest.mark.parametrize("repack", [False, True], ids=["file-layout", "repacked"])
 def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_model: Path, repack: bool) -> None:
     """Both layouts the worker may load: the file layout (vec_dot; never ggml's tiled matmul, patch
@@ -58,15 +78,7 @@ def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_mo
     with batch_invariant_weights(repack):
         llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
-        prefix = list(range(100, 140))
-        _decode(llm, prefix, 0, keep=True)  # a cached conversation
-        drafts = list(range(300, 300 + MAX_VERIFY_ROWS))
-        one = _decode(llm, drafts[:1], len(prefix), keep=False)[0]
-        differ = [
-            n
-            for n in range(2, MAX_VERIFY_ROWS + 1)
-            if not np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one)
-        ]
+        differ = _verify_sizes_that_change_row_0(llm)
         assert differ == [], f"verify batches of {differ} rows change row 0's logits"
     finally:
         llm.close()
@@ -79,10 +91,7 @@ def test_a_prompt_gets_the_same_logits_whatever_its_chunks(q4_k_model: Path, rep
     with batch_invariant_weights(repack):
         llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
-        tokens = list(range(200, 260))
-        whole = _decode(llm, tokens, 0, keep=False)
-        chunked = np.concatenate([_decode(llm, tokens[:21], 0, keep=True), _decode(llm, tokens[21:], 21, keep=False)])
-        differ = [i for i in range(len(tokens)) if not np.array_equal(whole[i], chunked[i])]
+        differ = _rows_that_depend_on_the_chunking(llm, 60, 21)
         assert differ == [], f"rows {differ[:10]} depend on the chunking"
     finally:
         llm.close()
@@ -175,19 +184,11 @@ def test_on_the_gpu_every_verify_batch_size_reproduces_the_one_token_decode(
 ) -> None:
     """The GPU backend's kernels (patches 0012, 0013 for Vulkan): a verify batch of 2..17 rows gives
     row 0 the logits of a one-token decode, bit for bit, with every layer on the device or a split."""
-    if which == "default-q4_1" and where == "gpu-all":
+    if which == "default-q4_1" and where == "gpu-all" and ON_LAVAPIPE:
         pytest.skip("30 layers on a software device take minutes; the tiny model covers every layer on it")
     llm = _gpu_llama(q4_k_model if which == "q4_k_m" else model_path, where)
     try:
-        prefix = list(range(100, 140))
-        _decode(llm, prefix, 0, keep=True)
-        drafts = list(range(300, 300 + MAX_VERIFY_ROWS))
-        one = _decode(llm, drafts[:1], len(prefix), keep=False)[0]
-        differ = [
-            n
-            for n in range(2, MAX_VERIFY_ROWS + 1)
-            if not np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one)
-        ]
+        differ = _verify_sizes_that_change_row_0(llm)
         assert differ == [], f"verify batches of {differ} rows change row 0's logits"
     finally:
         llm.close()
@@ -201,10 +202,7 @@ def test_on_the_gpu_a_prompt_gets_the_same_logits_whatever_its_chunks(q4_k_model
     32 rows or fewer takes the one-row kernels instead, like a verify batch, and rounds otherwise.)"""
     llm = _gpu_llama(q4_k_model, where)
     try:
-        tokens = list(range(200, 280))
-        whole = _decode(llm, tokens, 0, keep=False)
-        chunked = np.concatenate([_decode(llm, tokens[:40], 0, keep=True), _decode(llm, tokens[40:], 40, keep=False)])
-        differ = [i for i in range(len(tokens)) if not np.array_equal(whole[i], chunked[i])]
+        differ = _rows_that_depend_on_the_chunking(llm, 80, 40)
         assert differ == [], f"rows {differ[:10]} depend on the chunking"
     finally:
         llm.close()

@@ -364,6 +364,13 @@ class Session:
                 )
             )
         tokens = fitted.tokens
+        if self.placement.n_gpu_layers != 0:
+            # On a GPU, prompt chunks of up to 32 rows take the one-row kernels (as verify batches
+            # must, patch 0012) and longer ones the matrix kernels, so a reused prefix (leaving a
+            # short chunk to prefill) rounded otherwise than a whole prefill, and an answer depended
+            # on what was cached (lavapipe, 3 first layers: 7/13 answers). GPUs prefill fast: every
+            # request prefills from the start, in the same chunks.
+            self.decoder.forget()
         cached = self.decoder.cached_prefix(tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))
 
