@@ -102,6 +102,19 @@ NO_GPU = "no GPU device: this build has no GPU backend and no GPU or lavapipe wa
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.skipif(not HAS_GPU, reason=NO_GPU))]
 # A GPU the planner may place a model on (lavapipe never is, unless a test opts in).
 PLANNER_GPU = HAS_GPU and not ON_LAVAPIPE
+
+
+def exact_on(backend: str) -> bool:
+    """Whether a lossless mode must give vanilla's answer bit for bit on this backend: the CPU, and
+    Vulkan (patches 0012-0013 and whole prefills on a GPU); elsewhere (CUDA, Metal) it may differ
+    at numerical ties only."""
+    if backend == "cpu":
+        return True
+    from engine.placement.machine import devices
+
+    return any(d["backend"].lower() == "vulkan" for d in devices() if d["type"] in ("gpu", "igpu"))
+
+
 # A real GPU takes every layer; lavapipe, ~200x slower than the CPU, the last few (the rest run on
 # the CPU): the same device code, in seconds instead of minutes.
 LAVAPIPE_LAYERS = 3
