@@ -79,6 +79,9 @@ def test_terminal_chat_ctrl_c_stops_the_answer_not_the_engine(model_path: Path) 
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # ... with Ctrl+C's default action, as a terminal gives it: a suite started in the background
+        # (`cmd &` in a script) ignores SIGINT, the child inherited that, and Python then ignores it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdin and proc.stdout and proc.stderr
     out: queue.Queue[str] = queue.Queue()
@@ -106,9 +109,7 @@ def test_terminal_chat_ctrl_c_stops_the_answer_not_the_engine(model_path: Path) 
         end = time.monotonic() + 60
         while not any("[stopped]" in line for line in err) and time.monotonic() < end:
             time.sleep(0.1)
-        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-        signals = [line for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
-        assert any("[stopped]" in line for line in err), "".join(err)[-1000:] + f"\nCLI process: {signals}"
+        assert any("[stopped]" in line for line in err), "".join(err)[-1000:]
         read_for(0.5)
         proc.stdin.write("/help\n")
         proc.stdin.write("What is 2 + 2?\n")
