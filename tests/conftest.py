@@ -108,11 +108,9 @@ def exact_on(backend: str) -> bool:
     """Whether a lossless mode must give vanilla's answer bit for bit on this backend: the CPU, and
     Vulkan (patches 0012-0013 and whole prefills on a GPU); elsewhere (CUDA, Metal) it may differ
     at numerical ties only."""
-    if backend == "cpu":
-        return True
-    from engine.placement.machine import devices
+    from engine.placement.machine import vulkan_gpu_present
 
-    return any(d["backend"].lower() == "vulkan" for d in devices() if d["type"] in ("gpu", "igpu"))
+    return backend == "cpu" or vulkan_gpu_present()
 
 
 # A real GPU takes every layer; lavapipe, ~200x slower than the CPU, the last few (the rest run on

@@ -18,7 +18,7 @@ from engine import native
 from engine import protocol as p
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
-from engine.placement.machine import devices
+from engine.placement.machine import vulkan_gpu_present
 from engine.worker.chat_prompt import ChatPrompt
 from engine.worker.decoders import SpecEEDecoder, VanillaDecoder
 from engine.worker.session import SPECEE_NOT_ON_VULKAN
@@ -35,7 +35,7 @@ def _llm(model_path: Path, backend: str = "cpu") -> Llama:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def llm(model_path: Path, request: pytest.FixtureRequest) -> Llama:
-    if request.param == "gpu" and any(d["backend"].lower() == "vulkan" for d in devices() if d["type"] != "cpu"):
+    if request.param == "gpu" and vulkan_gpu_present():
         pytest.skip(f"Vulkan: {SPECEE_NOT_ON_VULKAN} (the worker refuses it; tests/test_specee_mode.py pins that)")
     m = _llm(model_path, request.param)
     yield m

@@ -54,6 +54,11 @@ def is_software_gpu(device: dict) -> bool:
     return any(name in text for name in SOFTWARE_GPU_NAMES)
 
 
+def vulkan_gpu_present() -> bool:
+    """Whether ggml lists a Vulkan GPU device here (lavapipe included where a test opted into it)."""
+    return any(d["backend"].lower() == "vulkan" and d["type"] in ("gpu", "igpu") for d in devices())
+
+
 def usable_gpus() -> tuple[list[dict], list[str]]:
     """The GPU devices a model may go on, and why each other GPU device may not."""
     allow_software = os.environ.get(ALLOW_SOFTWARE_GPU_ENV) == "1"

@@ -215,11 +215,9 @@ class Session:
         return makers, why_not, flags
 
     def _layers_on_vulkan(self) -> bool:
-        from engine.placement.machine import devices
+        from engine.placement.machine import vulkan_gpu_present
 
-        if self.placement.n_gpu_layers == 0:
-            return False
-        return any(d["backend"].lower() == "vulkan" and d["type"] in ("gpu", "igpu") for d in devices())
+        return self.placement.n_gpu_layers != 0 and vulkan_gpu_present()
 
     def _auto_key(self, model_path: Path, modes: list[str]) -> str:
         """What auto's decision depends on: the model, the weights, the native build, the machine."""
