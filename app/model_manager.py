@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models.catalog import load_catalog
-from engine.models.download import DownloadError, HubFile, Progress, download, fits, list_gguf_files, search_gguf_repos
+from engine.models.download import DownloadError, HubFile, Progress, download, list_gguf_files, search_gguf_repos
+from engine.models.memory import fits
 from engine.models.registry import ModelRegistry
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.models.download import DownloadError, HubFile, download, fits, list_gguf_files, partial_path, search_gguf_repos
+from engine.models.download import DownloadError, HubFile, download, list_gguf_files, partial_path, search_gguf_repos
 from engine.models.registry import ModelRegistry
 from tests.hf_server import HubServer
 
@@ -113,10 +113,6 @@ def test_not_enough_disk_space_is_refused_before_starting(
         download(f, tmp_path)
     assert err.value.kind == "disk" and "GB needed" in str(err.value)
     assert not partial_path(tmp_path / f.filename).exists()
-
-
-def test_fits_badge() -> None:
-    assert fits(100 << 20, 8 << 30) and not fits(7 << 30, 8 << 30) and fits(7 << 30, 8 << 30, 4 << 30)
 
 
 def test_disk_full_while_writing_keeps_the_partial_file_and_says_why(

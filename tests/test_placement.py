@@ -11,18 +11,10 @@ import pytest
 
 from engine import protocol as p
 from engine.client import WorkerClient
+from engine.models.memory import COMPUTE_BUFFER, GB, RAM_HEADROOM, VRAM_HEADROOM_FRAC, fits
 from engine.placement.machine import ALLOW_SOFTWARE_GPU_ENV, devices, this_machine
 from engine.placement.model_facts import MODEL_CLASSES, facts_from_gguf
-from engine.placement.planner import (
-    COMPUTE_BUFFER,
-    GB,
-    RAM_HEADROOM,
-    VRAM_HEADROOM_FRAC,
-    Exits,
-    load_profiles,
-    placement_for,
-    plan,
-)
+from engine.placement.planner import Exits, load_profiles, placement_for, plan
 from tests.conftest import HAS_GPU, NO_GPU, ON_LAVAPIPE, PLANNER_GPU
 
 
@@ -49,6 +41,24 @@ def test_plans_never_exceed_free_memory(profile, model_path: Path) -> None:  # t
             else:
                 assert pl.n_gpu_layers == 0 and pl.layout == "cpu"
             assert pl.predicted_tok_s > 0 and str(round(pl.predicted_tok_s)) in pl.explanation
+
+
+def test_the_badge_and_the_planner_ask_one_fits() -> None:
+    """The model manager's "fits" badge (a file's size) and the planner (layers, KV cache, devices)
+    share engine.models.memory.fits: a model the planner places fits by the badge's rule at its
+    context, and one that fits nowhere is refused by both."""
+    assert fits(100 << 20, 8 << 30) and not fits(7 << 30, 8 << 30) and fits(7 << 30, 8 << 30, 4 << 30)
+    for profile in load_profiles():
+        vram = profile.gpu.vram_free_gb * GB if profile.gpu else 0
+        for make in MODEL_CLASSES.values():
+            m = make()
+            pl = plan(m, profile, None, n_ctx=4096, ctx_auto=False)
+            whole = fits(m.weights_bytes, profile.ram_free_gb * GB, vram, m.kv_bytes(4096, m.n_layer))
+            assert whole or not pl.fits, (profile.name, m.name)
+    m = MODEL_CLASSES["8B (Llama 3.1 8B, Q4_K_M)"]()
+    tiny = next(pr for pr in load_profiles() if not pr.gpu)
+    tiny.ram_free_gb = m.weights_bytes / GB  # the weights alone: no room for the system
+    assert not plan(m, tiny).fits and not fits(m.weights_bytes, tiny.ram_free_gb * GB)
 
 
 def test_frequent_exits_put_the_first_layers_on_the_gpu() -> None:

@@ -206,8 +206,3 @@ def download(
     if register:
         ModelRegistry().add(ModelRecord(dest.stem, str(dest), sha, done, f"hf:{f.repo_id}/{f.filename}"))
     return dest
-
-
-def fits(size: int, ram_bytes: int, vram_bytes: int = 0) -> bool:
-    """Whether a GGUF of this size runs here with room for the context and the OS (~1.2x + 1 GB)."""
-    return size * 1.2 + (1 << 30) <= ram_bytes + vram_bytes

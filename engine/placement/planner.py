@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from engine.models.memory import COMPUTE_BUFFER, GB, RAM_HEADROOM, fits, ram_room, vram_room
 from engine.paths import RESOURCES_DIR
 from engine.placement.model_facts import ModelFacts
 
 PROFILES = RESOURCES_DIR / "hardware_profiles.json"
-GB = 1e9
-RAM_HEADROOM = 1.5 * GB  # keep the system usable
-VRAM_HEADROOM_FRAC = 0.08
-COMPUTE_BUFFER = 0.3 * GB  # per device, order of llama.cpp's compute buffers at 4k context
 CPU_EFF, GPU_EFF = 0.6, 0.7  # share of a NOMINAL bandwidth decode sustains (a measured one is used as is)
 TOKEN_OVERHEAD_MS = 0.4  # sampling, graph launch, bookkeeping
 # Each layer on the CPU also costs its ops' dispatch and thread barriers, whatever its size: fitted
@@ -123,7 +120,7 @@ def _gpu_fit(m: ModelFacts, hw: HardwareProfile, n_ctx: int, output_gpu: bool, d
     """How many layers fit in the GPU's free memory with the head (and drafter) there or not."""
     if hw.gpu is None:
         return 0
-    budget = hw.gpu.vram_free_gb * GB * (1 - VRAM_HEADROOM_FRAC) - COMPUTE_BUFFER
+    budget = vram_room(hw.gpu.vram_free_gb * GB)
     budget -= (m.output_bytes + draft_bytes) if output_gpu else 0
     per = [m.layer_bytes[i] + m.kv_bytes(n_ctx, 1) for i in range(m.n_layer)]
     k = 0
@@ -133,9 +130,34 @@ def _gpu_fit(m: ModelFacts, hw: HardwareProfile, n_ctx: int, output_gpu: bool, d
     return k
 
 
+Candidate = tuple[float, int, str, int, bool, str]  # tok/s, preference, layout, GPU layers, head on the GPU, mode
+
+
+def _candidates(m: ModelFacts, hw: HardwareProfile, exits: Exits | None, ctx: int) -> list[Candidate]:
+    """Each layout and mode that fits this context in the memory the devices have free."""
+    candidates: list[Candidate] = []
+    for output_gpu in (False, True) if hw.gpu else (False,):
+        k = _gpu_fit(m, hw, ctx, output_gpu, exits.draft_bytes if exits else 0)
+        if hw.gpu and hw.gpu.unified:
+            k = min(k, m.n_layer)
+        for layout in ("first", "last") if hw.gpu and k else ("cpu",):
+            on_gpu = set(range(k)) if layout == "first" else set(range(m.n_layer - k, m.n_layer))
+            cpu_bytes = sum(m.layer_bytes[i] + m.kv_bytes(ctx, 1) for i in range(m.n_layer) if i not in on_gpu)
+            cpu_bytes += (0 if output_gpu else m.output_bytes) + m.embd_bytes
+            if hw.gpu and hw.gpu.unified:
+                cpu_bytes += sum(m.layer_bytes[i] for i in on_gpu)  # the same memory
+            if cpu_bytes > ram_room(hw.ram_free_gb * GB):
+                continue
+            for mode, ex in (("vanilla", None), ("specee", exits)) if exits else (("vanilla", None),):
+                ms = _token_ms(m, on_gpu, output_gpu, hw, ex)
+                # ties (everything on one device) go to the SpecEE layout and to vanilla
+                pref = (layout == "first") + (mode == "vanilla")
+                candidates.append((round(1000 / ms, 6), pref, layout, k, output_gpu, mode))
+    return candidates
+
+
 def plan(m: ModelFacts, hw: HardwareProfile, exits: Exits | None = None, n_ctx: int = 4096, ctx_auto: bool = True) -> Plan:
     """The fastest layout and mode that fits; the context shrinks (if auto) before layers leave the GPU."""
-    ram_budget = hw.ram_free_gb * GB - RAM_HEADROOM
     ctx = n_ctx
     if ctx_auto and hw.gpu is not None:
         # An auto context gives way first: halve it (not below 4096) while that keeps more layers
@@ -145,26 +167,11 @@ def plan(m: ModelFacts, hw: HardwareProfile, exits: Exits | None = None, n_ctx: 
             if _gpu_fit(m, hw, ctx // 2, False, draft) <= _gpu_fit(m, hw, ctx, False, draft):
                 break
             ctx //= 2
-    candidates: list[tuple[float, int, str, int, bool, str]] = []
+    vram = hw.gpu.vram_free_gb * GB if hw.gpu else 0.0
     while True:
-        candidates = []
-        for output_gpu in (False, True) if hw.gpu else (False,):
-            k = _gpu_fit(m, hw, ctx, output_gpu, exits.draft_bytes if exits else 0)
-            if hw.gpu and hw.gpu.unified:
-                k = min(k, m.n_layer)
-            for layout in ("first", "last") if hw.gpu and k else ("cpu",):
-                on_gpu = set(range(k)) if layout == "first" else set(range(m.n_layer - k, m.n_layer))
-                cpu_bytes = sum(m.layer_bytes[i] + m.kv_bytes(ctx, 1) for i in range(m.n_layer) if i not in on_gpu)
-                cpu_bytes += (0 if output_gpu else m.output_bytes) + m.embd_bytes
-                if hw.gpu and hw.gpu.unified:
-                    cpu_bytes += sum(m.layer_bytes[i] for i in on_gpu)  # the same memory
-                if cpu_bytes + COMPUTE_BUFFER > ram_budget:
-                    continue
-                for mode, ex in (("vanilla", None), ("specee", exits)) if exits else (("vanilla", None),):
-                    ms = _token_ms(m, on_gpu, output_gpu, hw, ex)
-                    # ties (everything on one device) go to the SpecEE layout and to vanilla
-                    pref = (layout == "first") + (mode == "vanilla")
-                    candidates.append((round(1000 / ms, 6), pref, layout, k, output_gpu, mode))
+        # the one fits() (the model manager's badge asks it too): what does not fit both devices has no layout
+        whole = fits(m.weights_bytes, hw.ram_free_gb * GB, vram, m.kv_bytes(ctx, m.n_layer))
+        candidates = _candidates(m, hw, exits, ctx) if whole else []
         if candidates or not ctx_auto or ctx <= 512:
             break
         ctx //= 2
