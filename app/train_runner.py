@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, Signal
 
-from engine.paths import data_dir
+from engine.models.acceleration import acceleration_folder
 
 
 def training_available() -> bool:
@@ -29,7 +29,7 @@ class TrainRunner(QObject):
     def __init__(self, model_path: str, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.model = Path(model_path)
-        self.out = data_dir() / "acceleration" / self.model.stem
+        self.out = acceleration_folder(self.model)  # the worker hashed the loaded model: a cache hit
         self.steps = [
             ["train", "eagle", "--model", str(self.model), "--out", str(self.out / "eagle.gguf")],
             ["train", "exits", "--model", str(self.model), "--out", str(self.out / "exits.gguf")],

@@ -53,10 +53,15 @@ class AccelerationPack:
         return self.folder / name if name else None
 
 
+def user_weights_dir() -> Path:
+    """Where weights trained or imported here go, one folder per model (acceleration_folder)."""
+    return data_dir() / "acceleration"
+
+
 def search_dirs() -> list[Path]:
     """Shipped weights (SPECEE_SHIPPED_ACCEL_DIR overrides: installers, tests), then user-trained."""
     shipped = os.environ.get("SPECEE_SHIPPED_ACCEL_DIR") or RESOURCES_DIR / "acceleration"
-    return [Path(shipped), data_dir() / "acceleration"]
+    return [Path(shipped), user_weights_dir()]
 
 
 def model_sha256(path: Path) -> str:
@@ -94,6 +99,22 @@ def find_pack_for_sha256(sha: str) -> AccelerationPack | None:
             if manifest.get("target_sha256") == sha:
                 return AccelerationPack(manifest_path.parent, manifest)
     return None
+
+
+def acceleration_folder(model: Path, sha: str = "") -> Path:
+    """The folder for weights trained or imported here for this model file (sha: its sha256, when
+    known): its own pack among the user's when it has one, else <data dir>/acceleration/<file stem>,
+    or <stem>-<sha256[:8]> when that name holds another model's pack (two files of the same name).
+    A file that is not there (yet) gets its stem."""
+    root = user_weights_dir()
+    sha = sha or (model_sha256(model) if model.is_file() else "")
+    if not sha:
+        return root / model.stem
+    pack = find_pack_for_sha256(sha)
+    if pack is not None and pack.folder.parent.resolve() == root.resolve():
+        return pack.folder
+    folder = root / model.stem
+    return root / f"{model.stem}-{sha[:8]}" if (folder / "manifest.json").exists() else folder
 
 
 def check_eagle_head(head: Path, model_path: Path) -> None:

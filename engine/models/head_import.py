@@ -23,14 +23,21 @@ from pathlib import Path
 from engine.atomic import write_text_atomic
 from engine.hashing import sha256_file
 from engine.models import download as hub
-from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationPack, find_pack, model_sha256
+from engine.models.acceleration import (
+    ACCELERATED_ARCHS,
+    AccelerationPack,
+    acceleration_folder,
+    find_pack,
+    model_sha256,
+    user_weights_dir,
+)
 from engine.models.download import DownloadError
 from engine.models.gguf_fields import read_header
 from engine.models.gguf_file import inspect_gguf
 from engine.models.head_checkpoint import CheckpointError, check_fits, read_checkpoint
 from engine.models.head_convert import ConvertError, bind, run_converter
 from engine.models.hf_tokenizer import TokenizerExportError, write_hf_tokenizer
-from engine.paths import cache_dir, data_dir
+from engine.paths import cache_dir
 
 HEAD_FILE = "eagle.gguf"
 N_DRAFT = 3  # draft chain length the engine starts with, as for our own heads
@@ -95,7 +102,7 @@ def download_checkpoint(repo: str, revision: str | None, dest: Path, progress: P
 def pack_folder(model: Path, sha: str, repo: str, force: bool) -> tuple[Path, dict]:
     """Where the head goes and the manifest it joins: the model's existing user pack, else a new folder.
     An existing head is replaced only with `force` or when it came from the same repository."""
-    user_root = data_dir() / "acceleration"
+    user_root = user_weights_dir()
     pack = find_pack(model)
     if pack is not None and pack.eagle_head is not None and pack.eagle_head.exists():
         if pack.folder.parent.resolve() != user_root.resolve():
@@ -109,12 +116,8 @@ def pack_folder(model: Path, sha: str, repo: str, force: bool) -> tuple[Path, di
                 "exists",
                 f"{model.name} already has an EAGLE head ({pack.eagle_head}); pass --force to replace it with {repo}'s.",
             )
-    if pack is not None and pack.folder.parent.resolve() == user_root.resolve():
-        return pack.folder, dict(pack.manifest)
-    folder = user_root / model.stem
-    if (folder / "manifest.json").exists():  # a pack of another model (same file name, other sha256)
-        folder = user_root / f"{model.stem}-{sha[:8]}"
-    return folder, {}
+    folder = acceleration_folder(model, sha)
+    return folder, dict(pack.manifest) if pack is not None and pack.folder == folder else {}
 
 
 def import_head(
