@@ -22,10 +22,10 @@ from llama_cpp import Llama
 from engine import native
 from engine import protocol as p
 from engine.client import WorkerClient
+from engine.llm.chat_prompt import ChatPrompt
+from engine.llm.decoders import EagleDecoder, SpecEEDecoder, VanillaDecoder
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import REPO_ROOT
-from engine.worker.chat_prompt import ChatPrompt
-from engine.worker.decoders import EagleDecoder, SpecEEDecoder, VanillaDecoder
 from tests.test_specee_engine import _seq_kv_rows, _take
 from tests.tiny_models import ARCHITECTURES, RMS_EPS, ROPE_FREQ_BASE, write_tiny_eagle_head, write_tiny_gguf
 

@@ -12,7 +12,7 @@ import pytest
 from llama_cpp import Llama
 from llama_cpp import llama_cpp as C
 
-from engine.worker.session import batch_invariant_weights
+from engine.llm.load import batch_invariant_weights
 from tests.conftest import HAS_GPU, NO_GPU, ON_LAVAPIPE
 from tests.tiny_models import write_tiny_gguf
 

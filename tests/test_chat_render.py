@@ -36,7 +36,7 @@ def test_line_breaks_survive_rendering_outside_code_and_code_is_untouched() -> N
 
 def test_an_over_long_message_keeps_its_start_and_end() -> None:
     """A paste longer than the context was cut at the front, losing the instruction at its start."""
-    from engine.worker.chat_prompt import ChatPrompt
+    from engine.llm.chat_prompt import ChatPrompt
 
     chat = ChatPrompt(None, "", "", lambda text: text.split())  # one token per word
     body = " ".join(f"w{i}" for i in range(2000))
@@ -49,7 +49,7 @@ def test_an_over_long_message_keeps_its_start_and_end() -> None:
 
 def test_a_model_without_a_template_gets_its_architectures_format_and_a_base_model_warning() -> None:
     """A GGUF with no chat template was always formatted as ChatML and answered with <|im_end|> bits."""
-    from engine.worker.chat_prompt import _apply_builtin, builtin_template, looks_like_base_model
+    from engine.llm.chat_prompt import _apply_builtin, builtin_template, looks_like_base_model
 
     assert builtin_template("gemma2", lambda _t: False) == "gemma"
     assert builtin_template("llama", lambda t: t == "<|eot_id|>") == "llama3"

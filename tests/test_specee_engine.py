@@ -16,11 +16,11 @@ from llama_cpp import Llama
 
 from engine import native
 from engine import protocol as p
+from engine.llm.chat_prompt import ChatPrompt
+from engine.llm.decoders import SpecEEDecoder, VanillaDecoder
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
 from engine.placement.machine import vulkan_gpu_present
-from engine.worker.chat_prompt import ChatPrompt
-from engine.worker.decoders import SpecEEDecoder, VanillaDecoder
 from engine.worker.session import SPECEE_NOT_ON_VULKAN
 from tests.conftest import BACKENDS, gpu_layers
 

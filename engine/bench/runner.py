@@ -267,14 +267,13 @@ class _Peer:
     the token ids our chat formatting gives, greedy, one slot, the same threads."""
 
     def __init__(self, binary: Path, model: Path, drafter: str, n_ctx: int, n_threads: int, max_tokens: int) -> None:
-        import llama_cpp
-
         from engine.bench.peer import PeerServer
         from engine.hardware import physical_cores
+        from engine.llm.chat_prompt import ChatPrompt
+        from engine.llm.load import is_end_of_generation, vocab_only
         from engine.models.drafts import find_draft_model
         from engine.models.gguf_file import inspect_gguf
         from engine.paths import cache_dir
-        from engine.worker.chat_prompt import ChatPrompt
 
         spec: list[str] = []
         if drafter == "draft":
@@ -292,8 +291,7 @@ class _Peer:
         elif drafter:
             spec = ["--spec-type", drafter]
         threads = n_threads or physical_cores()
-        self.vocab_llm = llama_cpp.Llama(model_path=str(model), vocab_only=True, verbose=False)
-        self.vocab = self.vocab_llm._model.vocab
+        self.vocab_llm = vocab_only(model)
         self.chat = ChatPrompt.for_model(self.vocab_llm, inspect_gguf(model).chat_template)
         self.budget, self.max_tokens = n_ctx - min(max_tokens, n_ctx // 2), max_tokens
         log = cache_dir() / "logs" / f"peer-{drafter or 'plain'}.log"
@@ -301,12 +299,12 @@ class _Peer:
         self.server = PeerServer(binary, model, threads, n_ctx, spec, log)
         self.loaded = p.Loaded(n_threads=threads, placement=p.Placement(n_ctx=n_ctx, n_threads=threads, layout="last"),
                                plan=f"upstream llama-server {' '.join(spec) or '(no speculation)'}")  # fmt: skip
-        self._is_eog = llama_cpp.llama_vocab_is_eog
+        self._is_eog = is_end_of_generation
 
     def run(self, prompt: BenchPrompt) -> Sample:
         tokens = self.chat.fit([{"role": "user", "content": prompt.text}], self.budget).tokens
         r = self.server.complete(tokens, self.max_tokens)
-        out = [t for t in r.tokens if not self._is_eog(self.vocab, t)]
+        out = [t for t in r.tokens if not self._is_eog(self.vocab_llm, t)]
         finish = "stop" if r.stopped or len(out) < len(r.tokens) else "length"
         return Sample(prompt.id, len(tokens), len(out), r.ttft_ms, r.prefill_tok_s, r.decode_tok_s, finish, out)
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from engine.atomic import write_text_atomic
 from engine.bench.prompts import BenchPrompt
 from engine.hashing import sha256_file
-from engine.train.features import Sequence, Teacher
+from engine.llm.teacher import Sequence, Teacher
 
 MANIFEST = "manifest.json"
 

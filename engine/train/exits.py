@@ -75,12 +75,10 @@ def features(rec: np.ndarray, draft_lp: np.ndarray) -> np.ndarray:
 
 def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work: Path, max_new: int, n_threads: int) -> ExitData:
     """Record full-depth steps; resumable per prompt (the npz is rewritten atomically)."""
-    import llama_cpp
-    from llama_cpp import Llama
-
+    from engine.llm.chat_prompt import ChatPrompt
+    from engine.llm.decoders import SpecEEDecoder
+    from engine.llm.load import is_end_of_generation, open_model
     from engine.models.gguf_file import inspect_gguf
-    from engine.worker.chat_prompt import ChatPrompt
-    from engine.worker.decoders import SpecEEDecoder
 
     work.mkdir(parents=True, exist_ok=True)
     path = work / DATA_FILE
@@ -91,9 +89,7 @@ def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work:
             for k in parts:
                 parts[k].append(z[k])
             done = set(json.loads(str(z["done"])))
-    llm = Llama(
-        model_path=str(model_path), n_ctx=1024, n_batch=512, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
-    )
+    llm = open_model(model_path, n_ctx=1024, n_batch=512, n_threads=n_threads, n_threads_batch=n_threads)
     chat = ChatPrompt.for_model(llm, inspect_gguf(model_path).chat_template)
     dec = SpecEEDecoder(llm, head_path, None, n_threads)
     todo = [(i, pr) for i, pr in enumerate(prompts) if pr.id not in done]
@@ -108,7 +104,7 @@ def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work:
                 parts["cands"].append(cands[None])
                 parts["token"].append(np.array([tok], np.int32))
                 parts["seq"].append(np.array([i], np.int32))
-                if llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok) or step + 1 >= max_new:
+                if is_end_of_generation(llm, tok) or step + 1 >= max_new:
                     break
             dec.forget()
             done.add(pr.id)

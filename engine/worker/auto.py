@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine import protocol as p
 from engine.atomic import write_text_atomic
-from engine.worker.decoders import Decoder
+from engine.llm.decoders import Decoder
 
 CALIBRATION_TOKENS = 48
 MIN_GAIN = 1.03  # below it a mode is noise away from vanilla: keep vanilla

@@ -86,10 +86,10 @@ def main() -> int:
     threading.Thread(target=read_commands, name="commands", daemon=True).start()
 
     # Import after the thread environment is set: this loads llama.cpp.
+    from engine.llm.chat_prompt import ChatFormatError
     from engine.models.gguf_file import ModelFileError
     from engine.native import build_info
     from engine.placement.machine import backend_report
-    from engine.worker.chat_prompt import ChatFormatError
     from engine.worker.session import LoadError, Session
 
     try:

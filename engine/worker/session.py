@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import codecs
-import contextlib
 import ctypes
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
@@ -17,6 +16,9 @@ from llama_cpp import Llama
 from engine import protocol as p
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
+from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
+from engine.llm.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
+from engine.llm.load import batch_invariant_weights
 from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
@@ -26,8 +28,6 @@ from engine.native import build_info
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
 from engine.worker import auto
-from engine.worker.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.worker.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
 from engine.worker.threads import ThreadGovernor
 
 Emit = Callable[[p.Message], None]
@@ -450,29 +450,6 @@ SPECEE_NOT_ON_VULKAN = (
     "specee does not run with layers on a Vulkan GPU yet (its per-layer exit checks crash the Vulkan backend); "
     "use eagle, ngram or vanilla there, or load with every layer on the CPU (GPU layers 0)"
 )
-
-
-@contextlib.contextmanager
-def batch_invariant_weights(repack: bool) -> Iterator[None]:
-    """Load the target with the CPU backend's runtime repacking on or off. Off, the weights stay in
-    their file layout and every batch size runs through the same vec_dot kernels; on only where the
-    repacked kernels are batch-invariant too (weights_layout.repack_is_exact). Before, a verify batch
-    drifted from vanilla (Qwen2.5-Coder-1.5B Q4_K_M: 7/20 ngram answers identical). llama-cpp-python
-    exposes no switch, so llama_model_default_params is wrapped while the target loads."""
-    from llama_cpp import llama_cpp as bindings  # what llama.py's Llama calls
-
-    original = bindings.llama_model_default_params
-
-    def params():  # type: ignore[no-untyped-def]
-        mp = original()
-        mp.use_extra_bufts = repack
-        return mp
-
-    bindings.llama_model_default_params = params
-    try:
-        yield
-    finally:
-        bindings.llama_model_default_params = original
 
 
 def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]:

@@ -18,8 +18,8 @@ from llama_cpp import llama_cpp as C
 
 from engine import native
 from engine.hardware import physical_cores
+from engine.llm.chat_prompt import ChatPrompt
 from engine.models.gguf_file import inspect_gguf
-from engine.worker.chat_prompt import ChatPrompt
 
 
 def default_feature_layers(n_layer: int) -> list[int]:

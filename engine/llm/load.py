@@ -1,0 +1,48 @@
+"""Loading a model with our weights layout, and the small llama.cpp calls the tools share."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp import Llama
+
+
+@contextlib.contextmanager
+def batch_invariant_weights(repack: bool) -> Iterator[None]:
+    """Load the target with the CPU backend's runtime repacking on or off. Off, the weights stay in
+    their file layout and every batch size runs through the same vec_dot kernels; on only where the
+    repacked kernels are batch-invariant too (weights_layout.repack_is_exact). Before, a verify batch
+    drifted from vanilla (Qwen2.5-Coder-1.5B Q4_K_M: 7/20 ngram answers identical). llama-cpp-python
+    exposes no switch, so llama_model_default_params is wrapped while the target loads."""
+    from llama_cpp import llama_cpp as bindings  # what llama.py's Llama calls
+
+    original = bindings.llama_model_default_params
+
+    def params():  # type: ignore[no-untyped-def]
+        mp = original()
+        mp.use_extra_bufts = repack
+        return mp
+
+    bindings.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = original
+
+
+def open_model(model_path: str | Path, **params: object) -> Llama:
+    """A model in this process (llama-cpp-python's Llama, quiet), for tools: training, benchmarks."""
+    return Llama(model_path=str(model_path), verbose=False, **params)  # type: ignore[arg-type]
+
+
+def vocab_only(model_path: str | Path) -> Llama:
+    """The model's tokenizer alone (no weights): chat formatting for a peer server's requests."""
+    return Llama(model_path=str(model_path), vocab_only=True, verbose=False)
+
+
+def is_end_of_generation(llm: Llama, token: int) -> bool:
+    """Whether the token ends a turn (end of text, end of turn, ...) for this model's vocabulary."""
+    return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, token))
