@@ -227,8 +227,8 @@ def _print_models(endpoint: Endpoint, key: str | None) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from engine.bench.prompts import load_prompts
     from engine.bench.runner import print_report, run_bench, write_report
+    from engine.prompts import load_prompts
 
     if args.cost_curve:
         from engine.atomic import write_text_atomic
@@ -328,8 +328,12 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _import_head(args: argparse.Namespace) -> int:
     """`specee models import-head MODEL [REPO]`: a published EAGLE-3 head, converted, bound and measured."""
+    from engine.bench.head_measure import measure_pack
     from engine.models.catalog import heads_for
     from engine.models.head_import import HeadImportError, import_head
+
+    def progress(msg: str) -> None:
+        print(f"[import-head] {msg}", file=sys.stderr)
 
     if not args.path:
         print("specee models import-head: give a model (GGUF path or id) and the head's Hugging Face repo", file=sys.stderr)
@@ -345,10 +349,9 @@ def _import_head(args: argparse.Namespace) -> int:
         repo = known[0].head
         print(f"[import-head] the catalog's head for {model.name}: {repo} (trained on {known[0].model})", file=sys.stderr)
     try:
-        manifest = import_head(
-            model, repo, args.revision, force=args.force, measure=not args.no_measure, measure_prompts=args.measure_prompts,
-            max_tokens=args.max_tokens, progress=lambda msg: print(f"[import-head] {msg}", file=sys.stderr),
-        )  # fmt: skip
+        manifest = import_head(model, repo, args.revision, force=args.force, progress=progress)
+        if not args.no_measure:
+            manifest = measure_pack(model, args.measure_prompts, args.max_tokens, progress)
     except HeadImportError as exc:
         print(f"specee models import-head: {exc}", file=sys.stderr)
         return 1
@@ -700,8 +703,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specee: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from engine.bench.prompts import PromptFileError
         from engine.client import WorkerError
+        from engine.prompts import PromptFileError
 
         if isinstance(exc, WorkerError | PromptFileError):
             print(f"specee: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ import keyring.backend
 import keyring.errors
 
 from engine.paths import REPO_ROOT
-from engine.serve.launcher import free_port
+from engine.ports import free_port
 
 
 class MemoryKeyring(keyring.backend.KeyringBackend):

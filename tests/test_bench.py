@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from engine.bench.fidelity import ended_early, first_divergence
-from engine.bench.prompts import DEV_PROMPTS, PromptFileError, load_prompts
 from engine.bench.runner import run_bench
 from engine.cli import main as cli
+from engine.prompts import DEV_PROMPTS, PromptFileError, load_prompts
 
 
 def test_dev_prompt_set_covers_every_category() -> None:

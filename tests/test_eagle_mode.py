@@ -8,9 +8,9 @@ import pytest
 
 from engine import protocol as p
 from engine.bench.fidelity import ended_early, first_divergence
-from engine.bench.prompts import DEV_PROMPTS, load_prompts
 from engine.client import WorkerClient
 from engine.models.acceleration import find_pack
+from engine.prompts import DEV_PROMPTS, load_prompts
 from tests.conftest import BACKENDS, exact_on, placement_for_backend
 
 

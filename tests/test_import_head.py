@@ -142,7 +142,7 @@ def test_layout_imports_loads_and_is_lossless(
 ) -> None:
     model = targets[target]
     repo = serve(hub, f"someone/tiny-{layout}-eagle3", write_checkpoint(tmp_path / "ckpt", layout, seed=3))
-    manifest = import_head(model, repo, force=True, measure=False, work=tmp_path / "work")
+    manifest = import_head(model, repo, force=True, work=tmp_path / "work")
 
     source = manifest["eagle"]["source"]
     assert (source["repo"], source["architecture"]) == (repo, architecture)
@@ -253,14 +253,14 @@ def test_bad_inputs_get_clear_errors(case: str, hub: HubServer, targets: dict[st
     make, kind, words = BAD[case]
     repo = serve(hub, f"someone/bad-{case.replace(' ', '-')}", make(tmp_path / "ckpt"))
     with pytest.raises(HeadImportError) as err:
-        import_head(targets["bad"], repo, measure=False, work=tmp_path / "work")
+        import_head(targets["bad"], repo, work=tmp_path / "work")
     assert err.value.kind == kind and words in str(err.value), str(err.value)
     assert find_pack(targets["bad"]) is None, "nothing is installed after a failed import"
 
 
 def test_a_missing_repo_is_named(hub: HubServer, targets: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(HeadImportError) as err:
-        import_head(targets["bad"], "nobody/no-such-head", measure=False, work=tmp_path / "work")
+        import_head(targets["bad"], "nobody/no-such-head", work=tmp_path / "work")
     assert err.value.kind == "not_found" and "nobody/no-such-head was not found" in str(err.value)
 
 
@@ -272,7 +272,7 @@ def test_a_tokenizer_the_converter_cannot_be_given_is_refused_before_any_downloa
     model = write_tiny_gguf(tmp_path / "spm.gguf", "llama", n_layer=N_LAYER, tokenizer_from=spm)
     before = len(hub.requests)
     with pytest.raises(HeadImportError) as err:
-        import_head(model, "someone/any-head", measure=False, work=tmp_path / "work")
+        import_head(model, "someone/any-head", work=tmp_path / "work")
     assert err.value.kind == "unsupported_model" and "byte-level BPE" in str(err.value)
     assert len(hub.requests) == before
 

@@ -60,7 +60,8 @@ def test_linux_installers_build_install_and_run(tmp_path: Path, model_path: Path
 def serve_from_frozen(exe: Path, env: dict[str, str]) -> dict:
     """`specee-chat --specee-serve` (what engine/serve/launcher.py runs in a frozen build) answers
     /v1/models once /health says ok, and stops when its stdin closes; returns the models."""
-    from engine.serve.launcher import FROZEN_SERVE_FLAG, free_port
+    from engine.ports import free_port
+    from engine.serve.launcher import FROZEN_SERVE_FLAG
 
     port = free_port()
     cmd = [str(exe), FROZEN_SERVE_FLAG, "--port", str(port), "--mode", "vanilla", "--exit-with-stdin"]

@@ -12,9 +12,10 @@ import pytest
 from engine import protocol as p
 from engine.client import WorkerClient
 from engine.models.memory import COMPUTE_BUFFER, GB, RAM_HEADROOM, VRAM_HEADROOM_FRAC, fits
+from engine.placement.auto import placement_for
 from engine.placement.machine import ALLOW_SOFTWARE_GPU_ENV, devices, this_machine
 from engine.placement.model_facts import MODEL_CLASSES, facts_from_gguf
-from engine.placement.planner import Exits, load_profiles, placement_for, plan
+from engine.placement.planner import Exits, load_profiles, plan
 from tests.conftest import HAS_GPU, NO_GPU, ON_LAVAPIPE, PLANNER_GPU
 
 

@@ -11,10 +11,10 @@ import pytest
 
 from engine import protocol as p
 from engine.bench.fidelity import ended_early, first_divergence
-from engine.bench.prompts import DEV_PROMPTS, load_prompts
 from engine.client import WorkerClient, WorkerError
 from engine.models.drafts import find_draft_model
 from engine.models.registry import ModelRecord, ModelRegistry
+from engine.prompts import DEV_PROMPTS, load_prompts
 from tests.conftest import BACKENDS, exact_on, placement_for_backend
 from tests.tiny_models import write_tiny_gguf
 

@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.serve.launcher import free_port
+from engine.ports import free_port
 
 
 class PeerError(RuntimeError):

@@ -14,9 +14,9 @@ from tqdm import tqdm
 
 from engine import protocol as p
 from engine.bench.fidelity import TIE_GAP, ended_early, first_divergence
-from engine.bench.prompts import BenchPrompt
 from engine.client import WorkerClient, WorkerError
 from engine.models.acceleration import find_pack
+from engine.prompts import BenchPrompt
 from engine.sequences import common_prefix
 
 # A mode name -> (worker acceleration mode, which interpreter). `upstream` is vanilla decoding on

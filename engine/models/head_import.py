@@ -5,9 +5,10 @@ Download (huggingface_hub, every file checked against the hub's sha256) -> check
 the model (engine.models.head_checkpoint) -> rebuild the model's HF tokenizer from its GGUF
 (engine.models.hf_tokenizer) -> llama.cpp's converter -> bind to the model's sha256
 (engine.models.head_convert) -> install as <data dir>/acceleration/<model>/eagle.gguf with a
-manifest naming the source -> measure eagle against vanilla on development prompts with the real
-engine. `auto` considers an imported head only once the manifest holds that measurement
-(AccelerationPack.eagle_measured), so a head that loads but drafts badly is never chosen unseen.
+manifest naming the source. `specee models import-head` then measures eagle against vanilla on
+development prompts with the real engine (engine.bench.head_measure). `auto` considers an imported
+head only once the manifest holds that measurement (AccelerationPack.eagle_measured), so a head that
+loads but drafts badly is never chosen unseen.
 """
 
 from __future__ import annotations
@@ -49,8 +50,6 @@ WANTED = (
     "pytorch_model*.bin",
     "pytorch_model.bin.index.json",
 )
-MEASURE_PROMPTS = 8
-MEASURE_TOKENS = 64
 
 Progress = Callable[[str], None]
 
@@ -126,25 +125,20 @@ def import_head(
     revision: str | None = None,
     *,
     force: bool = False,
-    measure: bool = True,
-    measure_prompts: int = MEASURE_PROMPTS,
-    max_tokens: int = MEASURE_TOKENS,
     work: Path | None = None,
     progress: Progress = _quiet,
 ) -> dict:
-    """Import `repo`'s head for `model`; returns the manifest written. Raises HeadImportError."""
+    """Import `repo`'s head for `model`; returns the manifest written. Raises HeadImportError. Not yet
+    measured: engine.bench.head_measure.measure_pack runs it in the engine and lets `auto` consider it."""
     try:
-        return _import(model, repo, revision, force, measure, measure_prompts, max_tokens, work, progress)
+        return _import(model, repo, revision, force, work, progress)
     except (DownloadError, CheckpointError, ConvertError) as exc:
         raise HeadImportError(exc.kind, str(exc)) from None
     except TokenizerExportError as exc:
         raise HeadImportError("unsupported_model", f"{model.name}: {exc}") from None
 
 
-def _import(
-    model: Path, repo: str, revision: str | None, force: bool, measure: bool, n_prompts: int, max_tokens: int,
-    work: Path | None, progress: Progress,
-) -> dict:  # fmt: skip
+def _import(model: Path, repo: str, revision: str | None, force: bool, work: Path | None, progress: Progress) -> dict:
     info = inspect_gguf(model)  # ModelFileError: a clear message for a damaged model file
     if info.architecture not in ACCELERATED_ARCHS:
         raise HeadImportError(
@@ -201,62 +195,11 @@ def _import(
     }
     write_text_atomic(folder / "manifest.json", json.dumps(manifest, indent=1))
     progress(f"installed {folder / HEAD_FILE}")
-    if measure:
-        manifest = measure_pack(model, n_prompts, max_tokens, progress)
     return manifest
 
 
-def measure_pack(
-    model: Path, n_prompts: int = MEASURE_PROMPTS, max_tokens: int = MEASURE_TOKENS, progress: Progress = _quiet
-) -> dict:
-    """Run eagle against vanilla on development prompts with the real engine and record the result in
-    the manifest (`eagle.measured`), which lets `auto` consider the head. A head the engine refuses
-    is uninstalled: the error says why."""
-    from engine.bench.prompts import DEV_PROMPTS, load_prompts
-    from engine.bench.runner import run_bench
-    from engine.client import WorkerError
-
-    pack = find_pack(model)
-    if pack is None or pack.eagle_head is None:
-        raise HeadImportError("does_not_load", f"{model.name} has no EAGLE head to measure.")
-    prompts = load_prompts(DEV_PROMPTS)
-    prompts = prompts[:: max(1, len(prompts) // max(n_prompts, 1))][:n_prompts]  # spread over the categories
-    progress(f"measuring eagle against vanilla on {len(prompts)} development prompts, {max_tokens} tokens each")
-    try:
-        report = run_bench(str(model), prompts, ["vanilla", "eagle"], max_tokens=max_tokens, warmup=1, layout="auto")
-    except WorkerError as exc:
-        _uninstall(pack)
-        raise HeadImportError("does_not_load", f"the engine could not use the imported head, so it was removed: {exc}") from None
-    eagle = next(m for m in report["modes"] if m["mode"] == "eagle")
-    vanilla = next(m for m in report["modes"] if m["mode"] == "vanilla")
-    samples = report["samples"]["eagle"]
-    drafted = sum(int(s["accel"].get("drafted", 0)) for s in samples)
-    accepted = sum(int(s["accel"].get("accepted", 0)) for s in samples)
-    measured = {
-        "prompts": len(prompts),
-        "max_tokens": max_tokens,
-        "acceptance_length_median": eagle.get("acceptance_length_median", 0.0),
-        "accept_rate": round(accepted / max(drafted, 1), 4),
-        "drafted": drafted,
-        "accepted": accepted,
-        "decode_tok_s_median": eagle["decode_tok_s_median"],
-        "vanilla_decode_tok_s_median": vanilla["decode_tok_s_median"],
-        "speedup_vs_vanilla_median": eagle.get("decode_speedup_vs_vanilla_median", 0.0),
-        "identical_to_vanilla": eagle.get("identical_to_vanilla", ""),
-        # lossless: 0 and 0 (on a GPU an answer may still differ where vanilla's top two logits tie)
-        "non_tie_divergences": eagle.get("non_tie_divergences", 0),
-        "early_endings": eagle.get("early_endings", 0),
-        "placement": eagle["placement"],
-        "build_key": eagle["build_key"],
-        "measured": report["time"],
-    }
-    manifest = dict(pack.manifest)
-    manifest["eagle"] = {**manifest["eagle"], "measured": measured}
-    write_text_atomic(pack.folder / "manifest.json", json.dumps(manifest, indent=1))
-    return manifest
-
-
-def _uninstall(pack: AccelerationPack) -> None:
+def uninstall_head(pack: AccelerationPack) -> None:
+    """Remove an imported head the engine refused (and the predictors that belonged to it)."""
     if pack.eagle_head is not None:
         pack.eagle_head.unlink(missing_ok=True)
     manifest = {k: v for k, v in pack.manifest.items() if k not in ("eagle", "exits")}

@@ -229,25 +229,3 @@ def exits_from_manifest(manifest: dict, n_layer: int) -> Exits | None:
     total = max(sum(hist), 1)
     p = [h / total for h in hist[:n_layer]]
     return Exits(p, int(ex.get("draft_bytes", 0)))
-
-
-def placement_for(model_path, n_ctx: int = 4096, n_threads: int = 0, may_exit: bool = True):  # type: ignore[no-untyped-def]
-    """The worker's Placement for a model on this machine, from the plan, and the plan itself.
-    User choices (context, threads) win; the plan decides what goes where. may_exit: the load may
-    run specee (the mode asked for is specee or auto), so layouts are also weighed with its exits;
-    the plan's mode is a prediction for the layout, never the mode the worker runs."""
-    from pathlib import Path
-
-    from engine import protocol as p
-    from engine.models.acceleration import find_pack
-    from engine.placement.machine import this_machine
-    from engine.placement.model_facts import facts_from_gguf
-
-    facts = facts_from_gguf(Path(model_path))
-    pack = find_pack(Path(model_path))
-    exits = exits_from_manifest(pack.manifest, facts.n_layer) if pack and may_exit else None
-    pl = plan(facts, this_machine(), exits, n_ctx, ctx_auto=False)
-    layout = "first" if pl.layout == "first" else "last"
-    placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=pl.n_gpu_layers, layout=layout,
-                            output_on_gpu=pl.output_on_gpu)  # fmt: skip
-    return placement, pl

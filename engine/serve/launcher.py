@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from threading import Thread
 
 from engine.paths import REPO_ROOT, cache_dir
+from engine.ports import free_port
 
 
 def base_url(host: str, port: int) -> str:
@@ -30,12 +30,6 @@ def base_url(host: str, port: int) -> str:
 
 class ServerError(RuntimeError):
     pass
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 # A frozen installer has no separate Python: the app's own executable serves (app/main.py), like the worker.

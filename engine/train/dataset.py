@@ -22,9 +22,9 @@ import numpy as np
 from tqdm import tqdm
 
 from engine.atomic import write_text_atomic
-from engine.bench.prompts import BenchPrompt
 from engine.hashing import sha256_file
 from engine.llm.teacher import Sequence, Teacher
+from engine.prompts import BenchPrompt
 
 MANIFEST = "manifest.json"
 

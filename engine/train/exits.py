@@ -19,8 +19,8 @@ from tqdm import tqdm
 
 from engine import protocol as p
 from engine.atomic import write_text_atomic
-from engine.bench.prompts import BenchPrompt
 from engine.models.exit_predictors import ExitPredictors, LayerPredictor
+from engine.prompts import BenchPrompt
 
 DATA_FILE = "exit-data.npz"
 
@@ -397,11 +397,11 @@ def train_exits(
     import shlex
     import sys
 
-    from engine.bench.prompts import load_prompts
     from engine.hardware import physical_cores
     from engine.models.acceleration import check_eagle_head, model_sha256
     from engine.models.exit_predictors import save_predictors
     from engine.paths import cache_dir
+    from engine.prompts import load_prompts
 
     check_eagle_head(head, model)
     sha = model_sha256(model)

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 
 from engine.atomic import write_text_atomic
-from engine.bench.prompts import DEV_PROMPTS, load_prompts
 from engine.models.acceleration import ACCELERATED_ARCHS, model_sha256
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR, cache_dir
+from engine.prompts import DEV_PROMPTS, load_prompts
 from engine.train.dataset import generate_dataset
 from engine.train.eagle_export import export_head
 from engine.train.eagle_train import evaluate, load_sequences, train_head

@@ -461,7 +461,7 @@ def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]
     if asked.layout != "auto":
         where = "all" if asked.n_gpu_layers < 0 else str(asked.n_gpu_layers)
         return asked, f"explicit placement: {where} layers ({asked.layout}) on the GPU, the rest on the CPU", {}
-    from engine.placement.planner import placement_for
+    from engine.placement.auto import placement_for
 
     try:
         may_exit = load.mode in (p.Mode.SPECEE, p.Mode.AUTO)

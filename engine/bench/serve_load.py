@@ -1,6 +1,6 @@
 """Requests/s and time to first token of `specee serve` under concurrent streaming clients.
 
-    python -m engine.serve.bench --clients 4 --requests 16 --max-tokens 32
+    python -m engine.bench.serve_load --clients 4 --requests 16 --max-tokens 32
 
 Starts the server on the default model (or --model, or uses a running one with --url), sends the
 development prompts as streaming chat requests from N client threads at once, and reports
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
-from engine.bench.prompts import load_prompts
+from engine.prompts import load_prompts
 from engine.serve.launcher import ServerProcess
 
 
@@ -126,7 +126,7 @@ def run(url: str, model: str, clients: int, requests: int, max_tokens: int, api_
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.serve.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m engine.bench.serve_load", description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--requests", type=int, default=16, help="requests in all, shared by the clients")
     ap.add_argument("--max-tokens", type=int, default=32)
