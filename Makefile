@@ -35,9 +35,11 @@ test: setup lint peer $(VENV)/.train-stamp
 test-fast: $(VENV)/.deps-stamp
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not slow"
 
+# ruff, then the import contracts of pyproject.toml ([tool.importlinter]: layers, forbidden imports).
 lint: $(VENV)/.deps-stamp
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # Plain upstream llama-cpp-python in .venv-upstream, for `specee bench --modes vanilla,upstream`.
 upstream: $(VENV)/.deps-stamp

@@ -1,42 +1,20 @@
-"""`specee-chat`: open the window (or, in a frozen build, act as the engine worker)."""
+"""The chat window's start: one instance, the theme, the window, its engine. `specee-chat` (specee_entry.py)
+runs it unless a flag asks for the worker, the server, the self-test or the version."""
 
 from __future__ import annotations
 
 import sys
 
-from engine.client import FROZEN_WORKER_FLAG
-from engine.serve.launcher import FROZEN_SERVE_FLAG
+from PySide6.QtWidgets import QApplication
+
+from app.main_window import MainWindow
+from app.single_instance import SingleInstance
+from app.theme import apply_theme, startup_theme
+from engine.settings import load_settings
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
-    if FROZEN_WORKER_FLAG in argv[1:]:
-        # A frozen installer has no separate Python: the app's own executable is the worker.
-        from engine.worker.process import main as worker_main
-
-        return worker_main()
-    if FROZEN_SERVE_FLAG in argv[1:]:
-        # ... and the `specee serve` the window's Serve switch starts (engine/serve/launcher.py).
-        from engine.cli import main as cli_main
-
-        return cli_main(["serve", *(a for a in argv[1:] if a != FROZEN_SERVE_FLAG)])
-    if "--selftest" in argv[1:]:
-        from engine.selftest import run
-
-        return run()
-    if "--version" in argv[1:]:
-        from engine import __version__
-
-        print(f"SpecEE Chat {__version__}")
-        return 0
-
-    from PySide6.QtWidgets import QApplication
-
-    from app.main_window import MainWindow
-    from app.single_instance import SingleInstance
-    from app.theme import apply_theme, startup_theme
-    from engine.settings import load_settings
-
     app = QApplication.instance() or QApplication(argv)
     app.setApplicationName("SpecEE Chat")
     app.setOrganizationName("SpecEE Chat")

@@ -155,7 +155,9 @@ def test_app_selftest_runs_every_installed_mode(model_path, driver: str) -> None
     if driver == "no-vulkan-driver":
         env["VK_ICD_FILENAMES"] = "/nonexistent/no_icd.json"
         env.pop("GGML_VK_VISIBLE_DEVICES", None)
-    out = subprocess.run([sys.executable, "-m", "app.main", "--selftest"], capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "specee_entry", "--selftest"], capture_output=True, text=True, timeout=300, env=env
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     report = json.loads(out.stdout)
     assert report["ok"] and set(report["modes"]) == {"vanilla", "ngram", "eagle", "specee"}

@@ -212,9 +212,9 @@ def test_a_frozen_app_serves_through_its_own_executable(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An installer has no Python to run `-m engine.cli`: the launcher runs the app with the serve flag,
-    and app/main.py hands the rest of the command line to `specee serve` (here refused: a remote bind)."""
-    from app.main import main as app_main
+    and specee_entry.py hands the rest of the command line to `specee serve` (here refused: a remote bind)."""
     from engine.serve.launcher import FROZEN_SERVE_FLAG, serve_command
+    from specee_entry import main as app_main
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert serve_command() == [sys.executable, FROZEN_SERVE_FLAG]

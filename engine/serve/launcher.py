@@ -32,7 +32,7 @@ class ServerError(RuntimeError):
     pass
 
 
-# A frozen installer has no separate Python: the app's own executable serves (app/main.py), like the worker.
+# A frozen installer has no separate Python: the app's own executable serves (specee_entry.py), like the worker.
 FROZEN_SERVE_FLAG = "--specee-serve"
 
 
