@@ -29,7 +29,7 @@ $(VENV)/.train-stamp: $(VENV)/.deps-stamp
 # llama-server (`peer`) is built first, not inside a test: tests/test_remote.py chats with it, and a
 # several-minute compile (once per machine; cached by content hash) belongs to the build, not to a test's time limit.
 test: setup lint peer $(VENV)/.train-stamp
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --durations=25
 
 # The quick subset (no model, no worker, no native build): seconds, for the edit-test loop.
 test-fast: $(VENV)/.deps-stamp

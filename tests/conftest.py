@@ -7,6 +7,7 @@ is extracted once) and never touch the user's real models or registry.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -43,6 +44,19 @@ import keyring.backends.fail  # noqa: E402
 from engine.models.default_model import DEFAULT_MODEL, download_wheel, ensure_default_model  # noqa: E402
 from engine.remote import endpoints  # noqa: E402
 from tests.remote_servers import MemoryKeyring, build_llama_server, running_llama_server  # noqa: E402
+
+# Test modules that load llama.cpp in-process when imported: without the native build (`make test-fast`
+# in a fresh venv) they cannot even be collected, and each of their tests needs the build anyway.
+NATIVE_BUILT = importlib.util.find_spec("llama_cpp") is not None
+IN_PROCESS_ENGINE_MODULES = ["test_architectures.py", "test_batch_invariance.py", "test_specee_engine.py"]
+collect_ignore = [] if NATIVE_BUILT else IN_PROCESS_ENGINE_MODULES
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if NATIVE_BUILT:
+        return None
+    return f"no native build (llama_cpp is not installed): {', '.join(IN_PROCESS_ENGINE_MODULES)} not collected"
+
 
 LAVAPIPE_ICDS = sorted(Path("/usr/share/vulkan/icd.d").glob("lvp_icd.*.json"))
 # SPECEE_TEST_GPU: "auto" (lavapipe where no real GPU is found), "lavapipe" (always), "real" (never)
@@ -90,9 +104,15 @@ ON_LAVAPIPE = _opt_into_lavapipe()
 
 
 def _has_gpu() -> bool:
+    """Whether ggml lists a GPU device; without the native build (`make test-fast` in a fresh venv)
+    there is no backend at all, so the engine cases run "cpu" only (and, being slow, are deselected)."""
+    from engine.native import NativeBuildError
     from engine.placement.machine import devices
 
-    return any(d["type"] in ("gpu", "igpu") for d in devices())
+    try:
+        return any(d["type"] in ("gpu", "igpu") for d in devices())
+    except NativeBuildError:
+        return False
 
 
 # Engine tests run once per backend this build and machine offer: "cpu" (no layer offloaded)
@@ -144,6 +164,15 @@ def loaded_window(qtbot, **kwargs: Any) -> Iterator[Any]:  # type: ignore[no-unt
         yield win
     finally:
         win.close()
+
+
+@pytest.fixture(scope="session")
+def native_build() -> dict[str, Any]:
+    """Our patched llama.cpp's build facts, for tests that load it in this process (so they are slow:
+    `make test-fast` runs where the native library was never built)."""
+    from engine.native import require_patched
+
+    return require_patched()
 
 
 @pytest.fixture(scope="session")
@@ -254,9 +283,10 @@ def specee_serve_with_key(model_path: Path) -> Iterator[str]:
 
 # Tests that need the real model, a worker process, a native build or a download are "slow"; the
 # quick subset (`make test-fast`, `pytest -m "not slow"`) is the Qt-free and pure-Python logic.
-SLOW_FIXTURES = {"model_path", "smollm2_wheel", "window", "worker", "llm", "llms", "q4_k_model", "tiny_models", "heads",
-                 "copied_model", "truncated_model", "served", "llama_server_binary", "llama_server", "llama_server_with_key",
-                 "specee_serve", "specee_serve_with_key", "openai_server", "keyed_server", "remote_window"}  # fmt: skip
+SLOW_FIXTURES = {"native_build", "model_path", "smollm2_wheel", "window", "worker", "llm", "llms", "q4_k_model",
+                 "tiny_models", "heads", "copied_model", "truncated_model", "served", "llama_server_binary",
+                 "llama_server", "llama_server_with_key", "specee_serve", "specee_serve_with_key", "openai_server",
+                 "keyed_server", "remote_window"}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

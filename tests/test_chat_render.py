@@ -34,7 +34,7 @@ def test_line_breaks_survive_rendering_outside_code_and_code_is_untouched() -> N
     assert "x = 1\ny = 2" in shown and "Then:" in shown
 
 
-def test_an_over_long_message_keeps_its_start_and_end() -> None:
+def test_an_over_long_message_keeps_its_start_and_end(native_build: dict) -> None:
     """A paste longer than the context was cut at the front, losing the instruction at its start."""
     from engine.llm.chat_prompt import ChatPrompt
 
@@ -47,7 +47,7 @@ def test_an_over_long_message_keeps_its_start_and_end() -> None:
     assert f"{fitted.cut_chars} characters cut" in text
 
 
-def test_a_model_without_a_template_gets_its_architectures_format_and_a_base_model_warning() -> None:
+def test_a_model_without_a_template_gets_its_architectures_format_and_a_base_model_warning(native_build: dict) -> None:
     """A GGUF with no chat template was always formatted as ChatML and answered with <|im_end|> bits."""
     from engine.llm.chat_prompt import _apply_builtin, builtin_template, looks_like_base_model
 

@@ -172,7 +172,7 @@ def test_app_selftest_runs_every_installed_mode(model_path, driver: str) -> None
         assert any("vulkan" in why for why in report["why_no_gpu"])
 
 
-def test_about_names_version_and_build() -> None:
+def test_about_names_version_and_build(native_build: dict) -> None:
     from engine import __version__
     from engine.about import about_text, build_identity
 

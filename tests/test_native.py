@@ -17,7 +17,7 @@ import build as native_build  # noqa: E402
 from tests.conftest import BACKENDS, gpu_layers  # noqa: E402
 
 
-def test_loaded_llama_cpp_is_our_patched_build() -> None:
+def test_loaded_llama_cpp_is_our_patched_build(native_build: dict) -> None:
     info = require_patched()
     assert info["api_version"] >= EXPECTED_API_VERSION
     assert "build-info" in info["features"]
@@ -25,7 +25,7 @@ def test_loaded_llama_cpp_is_our_patched_build() -> None:
     assert info["patches"].split(",") == patches
 
 
-def test_build_key_of_the_checkout_matches_the_loaded_library() -> None:
+def test_build_key_of_the_checkout_matches_the_loaded_library(native_build: dict) -> None:
     key = subprocess.run([sys.executable, str(REPO / "native" / "build.py"), "--print-key"],
                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert build_info()["build_key"] == key, "native sources changed since the build: run `make setup`"
@@ -117,7 +117,7 @@ def _library_dirs() -> list[Path]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ELF symbol tables; macOS and Windows export explicitly")
-def test_no_native_library_exports_cxx_library_symbols() -> None:
+def test_no_native_library_exports_cxx_library_symbols(native_build: dict) -> None:
     """Patch 0004 (native/src/c-api.map): an exported std:: instantiation in one library (CUDA's
     host code) interposes on another's, so model load crashed when numpy came before llama_cpp.
     C++ exports are allowed only for libllama's own free functions (its extension API)."""

@@ -81,7 +81,7 @@ def test_context_shrinks_before_layers_leave_the_gpu_only_when_auto() -> None:
     assert not plan(m, profile, None, n_ctx=131072, ctx_auto=False).fits
 
 
-def test_detection_here_is_stable_and_matches_ggml() -> None:
+def test_detection_here_is_stable_and_matches_ggml(native_build: dict) -> None:
     devs = devices()
     assert devs and all(d["type"] in ("cpu", "gpu", "igpu", "accel") for d in devs)
     assert any(d["type"] == "cpu" for d in devs)
@@ -121,7 +121,7 @@ def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_pa
         assert loaded.placement.n_gpu_layers == want.n_gpu_layers and loaded.mode == "eagle"
 
 
-def test_this_machines_bandwidth_is_measured_natively_and_cached() -> None:
+def test_this_machines_bandwidth_is_measured_natively_and_cached(native_build: dict) -> None:
     """Decode reads every weight once per token from every thread: the planner's CPU speed is a
     multi-threaded native read benchmark (numpy's single-threaded sum saw half of it here)."""
     from engine import native
