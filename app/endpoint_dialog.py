@@ -1,7 +1,7 @@
 """Remote engines: add an OpenAI-compatible server (name, base URL, optional API key), test it
 before saving (its models, or why it cannot be used), edit one (selecting it fills the form, never
 with its key; saving under the same name updates it) and remove one (its key leaves the keyring
-too). The connection test runs off the GUI thread; the window lists the models of saved endpoints."""
+too). The connection test runs off the GUI thread; the engine choice lists saved endpoints' models."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.theme import DARK, LIGHT
-from engine.chats.session import ERROR_TITLES
 from engine.remote.endpoints import (
     API_KEY_ENV,
     Endpoint,
@@ -36,6 +35,7 @@ from engine.remote.endpoints import (
     normalise_base_url,
     store_api_key,
 )
+from engine.remote.engine_choice import LIST_TIMEOUTS, remote_error_text
 from engine.remote.openai_api import RemoteError, Timeouts, list_models
 
 NEW_KEY_HINT = "optional; kept in the OS keyring"
@@ -46,12 +46,7 @@ KEY_HINTS = {
     API_KEY_ENV: f"no key saved ({API_KEY_ENV} is used)",
     "": "no key",
 }
-TEST_TIMEOUTS = Timeouts(connect=5.0, read=15.0)  # a test should answer quickly or say why not
-
-
-def remote_error_text(exc: RemoteError) -> str:
-    """ "<title>: <message>" in the user's terms (never the raw kind)."""
-    return f"{ERROR_TITLES.get(str(exc.kind), 'The server cannot be used')}: {exc}"
+TEST_TIMEOUTS = LIST_TIMEOUTS  # a test should answer quickly or say why not
 
 
 class ModelLister(QObject):

@@ -1,12 +1,10 @@
-"""What the header says about a model's acceleration: which weights are installed for it, the mode
-the engine runs and the speeds it measured. Kept in one place so the wording follows the worker's
-Loaded/AutoDecided fields as they grow."""
+"""What the header says about a model's acceleration: the mode the engine runs and the speeds it
+measured (the weights installed for each model: engine.models.acceleration.installed_weights). Kept
+in one place so the wording follows the worker's Loaded/AutoDecided fields as they grow."""
 
 from __future__ import annotations
 
 from engine import protocol as p
-from engine.models.acceleration import find_pack_for_sha256
-from engine.models.registry import ModelRecord
 
 MODE_NAMES = {
     "vanilla": "plain decoding",
@@ -16,18 +14,6 @@ MODE_NAMES = {
     "draft": "draft-model drafting",
     "auto": "auto",
 }
-
-
-def installed_weights(record: ModelRecord) -> str:
-    """The acceleration this exact model has weights for (by its registered sha256: the window never
-    hashes a model), in a few words: "EAGLE + SpecEE", "EAGLE", or "training-free modes" (ngram,
-    draft) when none are installed. The loaded model's own state comes from the worker (Loaded.acceleration)."""
-    pack = find_pack_for_sha256(record.sha256) if record.sha256 else None
-    if pack is None or pack.eagle_head is None:
-        return "training-free modes"
-    if pack.exit_predictors is not None:
-        return "EAGLE + SpecEE"
-    return "EAGLE" if pack.eagle_measured else "EAGLE (not measured yet)"
 
 
 def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = None) -> tuple[str, str]:

@@ -38,7 +38,7 @@ class ConversationSidebar(QWidget):
         self.list = QListWidget()
         self.list.setAccessibleName("Conversations")
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.new_button = QPushButton("New chat")
+        self.new_button = QPushButton("+  New chat")
         self.new_button.setAccessibleName("New chat")
         self.import_button = QPushButton("Import…")
         self.import_button.setAccessibleName("Import conversation")
@@ -48,8 +48,14 @@ class ConversationSidebar(QWidget):
         self.undo_button.setVisible(False)
         self.undo_button.clicked.connect(self.undo_delete)
         self._trashed: str | None = None
+        # the window's left column: its own background (the theme's #sidebar), long titles elided
+        self.setObjectName("sidebar")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.setMinimumWidth(200)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setContentsMargins(10, 10, 10, 10)
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
@@ -62,6 +68,14 @@ class ConversationSidebar(QWidget):
         self.list.itemChanged.connect(self._on_renamed)
         self.list.customContextMenuRequested.connect(self._menu)
         self._filling = False
+
+    def add_place(self, widget: QWidget) -> None:
+        """A button to one of the app's places (Models, Settings, About), under the conversations."""
+        self.layout().addWidget(widget)
+
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
 
     def refresh(self, current: str | None = None) -> None:
         current = current or self.current_id()

@@ -449,7 +449,8 @@ def test_errors_and_notices_get_their_own_cards(qtbot, idle_window: MainWindow) 
 def test_the_header_reads_the_workers_flags_never_its_reason_text() -> None:
     """Measuring, the runnable modes and the installed weights come from Loaded's flags and the
     registry's hash: nothing is parsed from mode_reason, and the window never hashes a model file."""
-    from app.model_status import acceleration_state, installed_weights
+    from app.model_status import acceleration_state
+    from engine.models.acceleration import installed_weights
     from engine.models.registry import ModelRecord
 
     flags = p.Acceleration(architecture_supported=True, eagle_head=True, modes=["vanilla", "ngram", "eagle"])

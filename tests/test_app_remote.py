@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.header import KIND_ROLE
+from app.engine_switcher import KIND_ROLE
 from app.main_window import MainWindow
 from engine import protocol as p
 from engine.chats.render import message_footer, remote_engine
@@ -173,29 +173,28 @@ def test_the_connection_test_says_when_the_key_is_refused(qtbot, llama_server_wi
     assert EndpointRegistry().get("keyed").base_url == llama_server_with_key + "/v1"
 
 
-def test_the_idle_local_worker_never_speaks_for_the_remote_engine(qtbot) -> None:  # type: ignore[no-untyped-def]
-    """While a remote engine answers, what the local worker says about itself (auto finishing its
-    measurement, a reload) is kept and told when the window uses it again; a request's events pass."""
-    from app.worker_bridge import WorkerBridge
+def test_the_bridge_runs_the_engine_choice_on_the_gui_thread(qtbot, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+    """What a client's thread reports reaches the engine choice on the GUI thread, and what the choice
+    tells comes out as the bridge's signals there (the choice itself: tests/test_engine_choice.py)."""
+    import threading
 
-    bridge = WorkerBridge()
-    seen: list[p.Message] = []
-    bridge.event.connect(seen.append)
+    from app.worker_bridge import WorkerBridge
+    from engine.remote.engine_choice import ListChanged
+
+    bridge = WorkerBridge(lambda path: p.Load(path), "local", None)
+    seen: list[tuple[p.Message, threading.Thread]] = []
+    bridge.event.connect(lambda msg: seen.append((msg, threading.current_thread())))
+    changes: list[object] = []
+    bridge.changed.connect(changes.append)
     local = p.Loaded(name="local-model", mode=p.Mode.AUTO)
-    bridge._local_event.emit(local)  # as the worker's reader thread does
-    assert seen == [local]
-    bridge.use_remote(Endpoint("box", "http://127.0.0.1:9/v1"), None)  # nothing is contacted yet
-    decided = p.AutoDecided(mode=p.Mode.NGRAM, measured_tok_s={"ngram": 50.0})
-    done = p.Done(request_id="r1", finish_reason="cancelled")
-    note = p.Notice(message="the worker says something")
-    for msg in (decided, done, note):
-        bridge._local_event.emit(msg)
-    assert seen == [local, done]  # only the stopped local answer's end, which its chat waits for
-    assert bridge.is_remote and bridge.local_loaded is local and bridge.local_decided is decided
-    bridge._remote_event.emit(bridge.remote, p.Ready(pid=0))  # the remote's Ready is not the worker's build
-    assert seen == [local, done]
-    assert bridge.use_local(replay=True)
-    assert seen == [local, done, local, decided, note] and not bridge.is_remote
+    reader = threading.Thread(target=bridge.choice.local._dispatch, args=(local,))  # as the worker's reader does
+    reader.start()
+    reader.join()
+    assert seen == [] and bridge.local_loaded is None  # queued for the GUI thread
+    qtbot.waitUntil(lambda: bool(seen), timeout=5_000)
+    assert seen == [(local, threading.main_thread())] and bridge.local_loaded is local and not bridge.is_remote
+    bridge.choice.list_remote_models()  # no endpoint saved: the switcher is told all the same
+    assert changes == [ListChanged()]
     bridge.shutdown()
 
 

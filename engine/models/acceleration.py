@@ -15,7 +15,7 @@ from pathlib import Path
 from engine.atomic import write_text_atomic
 from engine.hashing import sha256_file
 from engine.models.gguf_file import ModelFileError, inspect_gguf
-from engine.models.registry import ModelRegistry
+from engine.models.registry import ModelRecord, ModelRegistry
 from engine.paths import RESOURCES_DIR, cache_dir, data_dir
 
 TARGET_SHA_KEY = "specee.target_sha256"
@@ -99,6 +99,18 @@ def find_pack_for_sha256(sha: str) -> AccelerationPack | None:
             if manifest.get("target_sha256") == sha:
                 return AccelerationPack(manifest_path.parent, manifest)
     return None
+
+
+def installed_weights(record: ModelRecord) -> str:
+    """The acceleration this exact model has weights for (by its registered sha256: no model file is
+    hashed), in a few words: "EAGLE + SpecEE", "EAGLE", or "training-free modes" (ngram, draft) when
+    none are installed. A loaded model's own state comes from the worker (Loaded.acceleration)."""
+    pack = find_pack_for_sha256(record.sha256) if record.sha256 else None
+    if pack is None or pack.eagle_head is None:
+        return "training-free modes"
+    if pack.exit_predictors is not None:
+        return "EAGLE + SpecEE"
+    return "EAGLE" if pack.eagle_measured else "EAGLE (not measured yet)"
 
 
 def acceleration_folder(model: Path, sha: str = "") -> Path:

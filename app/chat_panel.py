@@ -1,0 +1,170 @@
+"""The chat pane: the conversation as message cards above the composer. It turns what the user does
+into the Qt-free ChatSession's actions (engine/chats/session.py, which `specee chat` drives too),
+sends what the session asks for through `send`, and redraws as the session changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
+
+from app.chat_view import ChatView
+from app.composer import PRESETS, Composer
+from engine import protocol as p
+from engine.chats.session import ChatSession
+
+EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N starts a new chat, Ctrl+K searches."
+
+
+class ChatPanel(QWidget):
+    started = Signal(bool)  # a request went out; True: it opened a new conversation
+    refused = Signal(str)  # why a chat cannot be left now (an answer streams)
+
+    def __init__(self, chat: ChatSession, send: Callable[[p.Message], bool], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatPane")
+        self.chat = chat
+        self._send = send
+        self.loaded = False  # a model answers: requests may go out
+        self.view = ChatView()
+        self.composer = Composer()
+        col = QVBoxLayout(self)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(0)
+        col.addWidget(self.view, 1)
+        col.addWidget(self.composer)
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(50)  # while streaming: redraw at most 20 times a second
+        self._render_timer.timeout.connect(self.render)
+        c = self.composer
+        for signal, slot in (
+            (c.send_button.clicked, self.send_message), (c.input.submitted, self.send_message),
+            (c.stop_button.clicked, self.stop_answer), (c.regen_button.clicked, self.regenerate),
+            (c.edit_button.clicked, self.edit_last), (c.copy_button.clicked, self.copy_answer),
+            (c.continue_button.clicked, self.continue_answer), (c.preset.currentTextChanged, self._on_preset),
+            (c.system_edit.editingFinished, lambda: self.chat.set_system_prompt(c.system_edit.text())),
+            (c.system_edit.textChanged, lambda text: setattr(self.chat, "system_prompt", text.strip())),
+        ):  # fmt: skip
+            signal.connect(slot)
+        self.set_busy(False)
+        self.render()
+
+    # -- conversations --------------------------------------------------------------------------------
+
+    def new_conversation(self) -> bool:
+        if not self.chat.new():
+            self.refused.emit("Stop the answer (Esc) or let it finish to start a new chat")
+            return False
+        self.chat.settings = {"preset": self.composer.preset.currentText()}
+        self.composer.continue_button.setVisible(False)
+        self.composer.system_edit.clear()
+        self.set_busy(False)
+        self.render()
+        self.composer.input.setFocus()
+        return True
+
+    def open_conversation(self, conv_id: str) -> bool:
+        if not self.chat.open(conv_id):
+            self.refused.emit("Stop the answer (Esc) or let it finish to switch chats")
+            return False
+        self.composer.continue_button.setVisible(self.chat.can_continue)
+        self.composer.system_edit.setText(self.chat.system_prompt)
+        preset = self.chat.settings.get("preset")
+        if preset in PRESETS:
+            self.composer.preset.setCurrentText(preset)
+        self.set_busy(False)
+        self.render()
+        return True
+
+    def _on_preset(self, name: str) -> None:
+        temp, top_p = PRESETS[name]
+        self.chat.sampling = replace(self.chat.sampling, temperature=temp, top_p=top_p)
+        self.chat.set_settings({"preset": name})
+
+    # -- the user's actions ---------------------------------------------------------------------------
+
+    def send_message(self) -> None:
+        if not self.loaded or self.chat.streaming:
+            return
+        new_chat = self.chat.conv_id is None
+        if self._request(self.chat.send(self.composer.input.toPlainText())):
+            self.composer.input.clear()
+            self.started.emit(new_chat)
+
+    def _request(self, gen: p.Generate | None) -> bool:
+        """Send what the session asks for; the view follows."""
+        if gen is None:
+            return False
+        if not self._send(gen):
+            self.chat.abandon(gen)
+            return False
+        self.composer.continue_button.setVisible(False)
+        self.set_busy(True)
+        self.render()
+        return True
+
+    def continue_answer(self) -> None:
+        """Generate more of the last answer (cut at the length limit or interrupted), in place."""
+        if self.loaded and self._request(self.chat.continue_answer()):
+            self.started.emit(False)
+
+    def regenerate(self) -> None:
+        if self.loaded and self._request(self.chat.regenerate()):
+            self.started.emit(False)
+
+    def stop_answer(self) -> None:
+        cancel = self.chat.cancel()
+        if cancel:
+            self._send(cancel)
+
+    def edit_last(self) -> None:
+        """Put the last question back into the message box; it and what followed are removed."""
+        text = self.chat.edit_last()
+        if text is None:
+            return
+        self.composer.input.setPlainText(text)
+        self.composer.continue_button.setVisible(False)
+        self.set_busy(False)
+        self.render()
+        self.composer.input.setFocus()
+
+    def copy_answer(self) -> None:
+        answers = [m["content"] for m in self.chat.messages if m["role"] == "assistant"]
+        if answers:
+            QApplication.clipboard().setText(answers[-1])
+
+    # -- what the engine says -------------------------------------------------------------------------
+
+    def apply(self, msg: p.Message) -> str:
+        """One event into the session, the view following; returns what changed (ChatSession.on_event)."""
+        changed = self.chat.on_event(msg)
+        if changed == "token" and not self._render_timer.isActive():
+            self._render_timer.start()
+        elif changed == "notice":
+            self.render()
+        elif changed == "done":
+            self.composer.continue_button.setVisible(self.chat.can_continue)
+            self.set_busy(False)
+            self.render()
+        return changed
+
+    def fail(self, kind: str, message: str) -> None:
+        """An error: the session keeps what streamed and gives an unanswered question back to the box."""
+        self.chat.fail(kind, message)
+        if self.chat.restored_question:
+            self.composer.input.setPlainText(self.chat.restored_question)  # nothing typed is lost
+            self.chat.restored_question = ""
+        self.composer.continue_button.setVisible(self.chat.can_continue)
+        self.set_busy(False)
+        self.render()
+
+    def render(self) -> None:
+        self.view.show_conversation(self.chat.messages, self.chat.notices, EMPTY_HINT)
+
+    def set_busy(self, busy: bool) -> None:
+        messages = self.chat.messages
+        has_answer = bool(messages) and messages[-1]["role"] == "assistant"
+        self.composer.set_state(busy, self.loaded, has_answer, any(m["role"] == "user" for m in messages))

@@ -1,0 +1,81 @@
+"""The model switcher in the header: every installed model (default, downloaded, added with `specee
+models add`), then each remote endpoint's models, then "Add remote engine…". A view of the engine
+choice (engine/remote/engine_choice.py): it draws the choice's entries, hands the user's pick to it,
+and offers a context menu on an endpoint's entry (list its models again, remove it)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtWidgets import QComboBox, QMenu, QWidget
+
+from engine.remote.engine_choice import EngineChoice
+
+# Item data roles: the entry's target (Qt.UserRole: a path, "<endpoint>\n<model id>"), and its kind.
+KIND_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+class EngineSwitcher(QComboBox):
+    add_remote = Signal()  # "Add remote engine…" was picked
+
+    def __init__(self, choice: EngineChoice, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.choice = choice
+        self.setAccessibleName("Model")
+        self.setToolTip("The model to chat with (Models… downloads more)")
+        self.setMinimumWidth(300)
+        self.activated.connect(self._picked)
+        self.view().setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.view().customContextMenuRequested.connect(self._menu)
+
+    def add_entry(self, text: str, target: str, kind: str = "local", tooltip: str = "") -> None:
+        self.addItem(text, target)
+        self.setItemData(self.count() - 1, kind, KIND_ROLE)
+        if tooltip:
+            self.setItemData(self.count() - 1, tooltip, Qt.ItemDataRole.ToolTipRole)
+        # wide enough for the longest entry (up to a limit), whichever is selected
+        longest = max(self.fontMetrics().horizontalAdvance(self.itemText(i)) for i in range(self.count()))
+        self.setMinimumWidth(min(max(300, longest + 72), 520))  # + arrow and padding
+
+    def refresh(self) -> None:
+        """The choice's entries again, the engine answering selected (no pick meanwhile)."""
+        self.blockSignals(True)
+        self.clear()
+        for e in self.choice.entries():
+            if e.kind == "separator":
+                self.insertSeparator(self.count())
+            else:
+                self.add_entry(e.label, e.target, e.kind, e.tooltip)
+        self.blockSignals(False)
+        self.select_current()
+
+    def select_current(self) -> None:
+        """The entry of the engine answering the chat (the switcher shows nothing else as chosen)."""
+        self.blockSignals(True)
+        self.setCurrentIndex(max(self.findData(self.choice.current_target()), 0))
+        self.blockSignals(False)
+
+    def _picked(self, i: int) -> None:
+        kind, target = self.itemData(i, KIND_ROLE), str(self.itemData(i) or "")
+        self.choice.stop_restoring()  # the user chose: the engine used last is not picked over it
+        name, _, model = target.partition("\n")
+        if kind == "remote" and model:
+            self.choice.use_remote(name, model)
+            return
+        self.select_current()
+        if kind == "remote":
+            self.choice.list_remote_models([name])  # it could not list its models: ask again
+        elif kind == "add-remote":
+            self.add_remote.emit()
+        elif target and (target != self.choice.local_path or self.choice.is_remote):
+            self.choice.use_local(target)
+
+    def _menu(self, pos: QPoint) -> None:
+        view = self.view()
+        index = view.indexAt(pos)
+        if index.data(KIND_ROLE) != "remote":
+            return
+        name = str(index.data(Qt.ItemDataRole.UserRole)).partition("\n")[0]
+        menu = QMenu(view)
+        menu.addAction(f"List {name}'s models again", lambda: self.choice.list_remote_models([name]))
+        menu.addAction(f"Remove {name} (and forget its API key)", lambda: self.choice.remove_endpoint(name))
+        menu.exec(view.mapToGlobal(pos))
