@@ -53,6 +53,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     sampling.validate()
     chat = ChatSession(None, sampling, system_prompt=args.system or "")
     client: EngineClient
+    if args.last_engine and not args.endpoint:
+        _last_engine(args)
     if args.endpoint:
         remote = _remote_engine(args.endpoint, args.model)
         if remote is None:
@@ -156,16 +158,31 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def _remote_engine(name: str, model: str | None) -> tuple[RemoteClient, Callable[[], p.Loaded]] | None:
     """`specee chat --endpoint NAME`: the remote client and its load(), or None (said why)."""
-    from engine.remote.client import RemoteClient
-    from engine.remote.endpoints import EndpointError, EndpointRegistry, api_key
+    from engine.remote.endpoints import EndpointError
+    from engine.remote.engine_choice import remote_client
 
     try:
-        endpoint = EndpointRegistry().get(name)
+        client = remote_client(name)  # as the window builds it: the endpoint saved, its key from the keyring
     except EndpointError as exc:
         print(f"specee chat: {exc}", file=sys.stderr)
         return None
-    client = RemoteClient(endpoint, api_key(endpoint.name))
     return client, lambda: client.load(model or "")
+
+
+def _last_engine(args: argparse.Namespace) -> None:
+    """`specee chat --last-engine`: the engine the app used last, by the rule the window restores it
+    with at start (engine/remote/engine_choice.py): an endpoint's model when it still lists it (into
+    args.endpoint and args.model), else the local model, saying why."""
+    from engine.remote.engine_choice import restore_now
+    from engine.settings import load_settings
+
+    target, why = restore_now(load_settings().engine)
+    if target is not None:
+        args.endpoint, args.model = target
+    elif why is not None:
+        print(f"[specee] {why[0]}: chatting with the local model.", file=sys.stderr)
+        if why[1]:
+            print(f"[specee] {why[1]}", file=sys.stderr)
 
 
 def cmd_endpoints(args: argparse.Namespace) -> int:
@@ -586,6 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--model", help="GGUF path or registered model id (default: the embedded default model); "
                       "with --endpoint, the server's model id (default: the endpoint's)")  # fmt: skip
     chat.add_argument("--endpoint", help="chat with this remote OpenAI-compatible server (see `specee endpoints`)")
+    chat.add_argument("--last-engine", action="store_true", help="chat with the engine the app used last (a remote "
+                      "endpoint's model while it still lists it, else the local model: --model)")  # fmt: skip
     chat.add_argument("--system", default="", help="system prompt")
     chat.add_argument("--temperature", type=float, default=0.7)
     chat.add_argument("--max-tokens", type=int, default=512)

@@ -6,6 +6,7 @@ test runs it, as the window's queued signal does."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,8 +27,8 @@ from engine.remote.engine_choice import (
     restore_now,
 )
 from engine.remote.openai_api import RemoteError
-from engine.settings import remote_engine_setting
-from tests.remote_servers import free_port, scripted_server
+from engine.settings import AppSettings, remote_engine_setting, save_settings
+from tests.remote_servers import free_port, piece, scripted_server
 
 
 class FakeClient(EngineClient):
@@ -298,3 +299,23 @@ def test_restore_now_is_the_same_rule_without_waiting(isolated_data: Path) -> No
         EndpointRegistry().add(Endpoint("box", url))
         assert restore_now(remote_engine_setting("box", "stub-model")) == (("box", "stub-model"), None)
         assert restore_now(remote_engine_setting("box", "other"))[1] == ("box no longer lists other, the model used last", "")
+
+
+def test_specee_chat_picks_the_engine_the_window_used_last(
+    isolated_data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.cli import _last_engine, build_parser
+    from engine.cli import main as cli
+
+    with scripted_server(lambda write, over: write(piece("Paris", "stop"))) as url:
+        EndpointRegistry().add(Endpoint("box", url))
+        save_settings(AppSettings(engine=remote_engine_setting("box", "stub-model")))
+        monkeypatch.setattr("sys.stdin", io.StringIO("Capital of France?\n/quit\n"))
+        assert cli(["chat", "--last-engine", "--temperature", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "box/stub-model" in err and "Paris" in out
+    EndpointRegistry().remove("box")  # gone: the local model answers, and the chat says why first
+    args = build_parser().parse_args(["chat", "--last-engine"])
+    _last_engine(args)
+    assert args.endpoint is None and args.model is None
+    assert "box, the remote engine used last, is no longer set up: chatting with the local model." in capsys.readouterr().err
