@@ -156,6 +156,8 @@ def _in_thread(work: Callable[[], None]) -> None:
 
 
 class EngineChoice:
+    """Which engine answers, and the way between them (see the module's docstring)."""
+
     def __init__(
         self,
         on_event: Callable[[p.Message | ChoiceEvent], None],
