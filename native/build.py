@@ -360,8 +360,10 @@ def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
             log.write(line)
             m = PROGRESS.match(line)
             if m and (m.group(1) or not ninja):
-                ninja = ninja or bool(m.group(1))
                 pct = int(m.group(1)) * 100 // int(m.group(2)) if m.group(1) else int(m.group(3))
+                if m.group(1) and not ninja:  # the sub-build's percentages came first: start over
+                    ninja, bar.n = True, pct
+                    bar.refresh()
                 bar.update(max(0, pct - bar.n))
         rc = proc.wait()
     if rc != 0:
@@ -394,7 +396,7 @@ def marker_path() -> Path:
     return Path(sys.prefix) / ".specee-native.json"
 
 
-def build(upstream: bool = False, force: bool = False) -> dict:
+def build(upstream: bool = False, force: bool = False, install: bool = True) -> dict:
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     recipe = make_recipe(upstream)
@@ -426,6 +428,9 @@ def build(upstream: bool = False, force: bool = False) -> dict:
         cached = cached_dir / wheel.name
     else:
         print(f"[native build] using cached wheel {cached}", file=sys.stderr)
+    if not install:
+        print(f"[native build] built {cached} (not installed)", file=sys.stderr)
+        return info
     install_wheel(cached)
     marker.write_text(json.dumps(info))
     print(f"[native build] installed {name} llama_cpp into {sys.prefix}", file=sys.stderr)
@@ -510,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", action="store_true", help="build plain upstream (no patches) for comparisons")
     parser.add_argument("--force", action="store_true", help="rebuild even if a cached wheel exists")
+    parser.add_argument("--no-install", action="store_true", help="build and cache the wheel only (a CUDA build where no GPU is)")
     parser.add_argument("--print-key", action="store_true", help="print the build key and exit")
     parser.add_argument("--server", action="store_true", help="build upstream llama-server (the bench's peer) and print its path")
     parser.add_argument("--converter", action="store_true", help="print the path of llama.cpp's HF -> GGUF converter")
@@ -528,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.converter:
             print(converter_path())
             return 0
-        build(upstream=args.upstream, force=args.force)
+        build(upstream=args.upstream, force=args.force, install=not args.no_install)
     except BuildError as exc:
         print(exc, file=sys.stderr)
         return 1
