@@ -20,10 +20,11 @@ $(VENV)/.deps-stamp: pyproject.toml
 run: setup
 	$(BIN)/specee-chat
 
-# Tests also cover the trainer and the head import, so they need the optional `train` and `heads` extras
-# (PyTorch on CPU; transformers and sentencepiece for llama.cpp's converter).
+# Tests also cover the trainer, the head import and the Linux installers, so they need the optional
+# `train`, `heads` and `package` extras (PyTorch on CPU; transformers and sentencepiece for llama.cpp's
+# converter; PyInstaller: the installed app once loaded no backend and only a test that builds it saw).
 $(VENV)/.train-stamp: $(VENV)/.deps-stamp
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,train,heads]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,train,heads,package]'
 	touch $@
 
 # llama-server (`peer`) is built first, not inside a test: tests/test_remote.py chats with it, and a

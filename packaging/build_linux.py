@@ -107,12 +107,18 @@ def make_deb(app: Path, out_dir: Path) -> Path | None:
     return out
 
 
-def smoke(executable: Path) -> dict:
+# A Vulkan loader pointed at no driver: the machine of a user without a GPU driver.
+NO_VULKAN_DRIVER = {"VK_ICD_FILENAMES": "/nonexistent/no-driver.json"}
+
+
+def smoke(executable: Path, extra_env: dict[str, str] | None = None) -> dict:
     """--selftest from a clean home: loads the bundled model in a worker started from the frozen
-    executable itself, every acceleration mode, a few tokens each."""
+    executable itself, every acceleration mode, a few tokens each. The report lists the backends
+    the bundle shipped and loaded (a GPU module loads where its runtime is, and says why not where
+    it is not: the modes then run on the CPU)."""
     home = Path(tempfile.mkdtemp(prefix="specee-smoke-"))
     env = {**os.environ, "SPECEE_DATA_DIR": str(home / "data"), "SPECEE_CACHE_DIR": str(home / "cache"),
-           "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": ""}  # fmt: skip
+           "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": "", **(extra_env or {})}  # fmt: skip
     t0 = time.perf_counter()
     out = subprocess.run([str(executable), "--selftest"], capture_output=True, text=True, timeout=300, env=env)
     report = json.loads(out.stdout) if out.stdout.strip().startswith("{") else {"ok": False, "stderr": out.stderr[-2000:]}
@@ -120,6 +126,8 @@ def smoke(executable: Path) -> dict:
     shutil.rmtree(home, ignore_errors=True)
     if out.returncode != 0 or not report.get("ok"):
         raise SystemExit(f"smoke test failed for {executable}: {json.dumps(report)[:2000]}")
+    if not any(b["name"] == "cpu" and b["loaded"] for b in report.get("backends", [])):
+        raise SystemExit(f"smoke test: {executable} loaded no CPU backend: {report.get('backends')}")
     return report
 
 
@@ -143,7 +151,9 @@ def main() -> int:
         extract = Path(tempfile.mkdtemp(prefix="specee-extract-"))
         with tarfile.open(artifacts["tar.gz"]) as tar:
             tar.extractall(extract, filter="tar")
-        summary["tar.gz"]["smoke"] = smoke(next(extract.glob(f"{APP}-*")) / APP / APP)
+        exe = next(extract.glob(f"{APP}-*")) / APP / APP
+        summary["tar.gz"]["smoke"] = smoke(exe)
+        summary["tar.gz"]["smoke_without_gpu_driver"] = smoke(exe, NO_VULKAN_DRIVER)
         if artifacts["deb"] is not None:
             deb_root = Path(tempfile.mkdtemp(prefix="specee-debx-"))
             subprocess.run(["dpkg-deb", "-x", str(artifacts["deb"]), str(deb_root)], check=True)

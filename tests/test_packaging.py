@@ -39,6 +39,19 @@ def test_linux_installers_build_install_and_run(tmp_path: Path, model_path: Path
     report = build_linux.smoke(exe)
     assert report["frozen"] and report["worker_command"] == [str(exe), "--specee-worker"]  # the worker is the app itself
     assert set(report["modes"]) == {"vanilla", "ngram", "eagle", "specee"}  # ngram: the drafters library ships
+    # the bundle ships and loads the backends this checkout's build loads here (a frozen app once
+    # loaded none: ggml looked for them beside PyInstaller's top-level link to libggml, patch 0011);
+    # with no Vulkan driver every mode runs on the CPU and the report says why no GPU
+    from engine import native
+
+    here = {b["name"]: b for b in native.backends()}
+    bundled = {b["name"]: b for b in report["backends"]}
+    assert {n for n, b in here.items() if b["shipped"]} <= {n for n, b in bundled.items() if b["shipped"]}
+    assert {n for n, b in here.items() if b["loaded"]} <= {n for n, b in bundled.items() if b["loaded"]}
+    bare = build_linux.smoke(exe, build_linux.NO_VULKAN_DRIVER)
+    assert bare["gpu"] is None and set(bare["modes"]) == set(report["modes"])
+    if "vulkan" in bundled:
+        assert any("vulkan" in why for why in bare["why_no_gpu"]), bare["why_no_gpu"]
     # no build trees, tests or torch in the bundle
     names = {p.name for p in (root / "specee-chat" / "_internal").iterdir()}
     assert "torch" not in names and "tests" not in names
