@@ -1,6 +1,7 @@
 import ast
 import json
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -221,11 +222,12 @@ def test_the_client_refuses_and_stops_an_engine_of_another_protocol_version() ->
 def test_a_client_with_an_event_handler_gets_the_refusal_as_an_error_event_not_worker_died() -> None:
     events: list[p.Message] = []
     client = WorkerClient(on_event=events.append, command=[sys.executable, "-c", OLD_WORKER])
+    before = set(threading.enumerate())
     client.start()
-    deadline = time.monotonic() + 30
-    while not events and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)  # a worker_died would follow the kill
+    (reader,) = [t for t in threading.enumerate() if t not in before and t.name == "worker-events"]
+    # the reader kills the refused engine and ends at its exit: a worker_died would come before that
+    reader.join(30)
+    assert not reader.is_alive()
     client.stop()
     assert [type(e) for e in events] == [p.Error] and events[0].kind == p.ErrorKind.VERSION_MISMATCH
 
