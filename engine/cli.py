@@ -47,7 +47,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     """The terminal chat: drives the same Qt-free ChatSession as the window (in memory here), with
     the local worker or (--endpoint) a remote OpenAI-compatible server."""
     from engine.chats.session import ChatSession
-    from engine.client import EngineClient, WorkerClient, WorkerError
+    from engine.client import EngineClient, EngineError, WorkerClient
 
     sampling = p.Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
     sampling.validate()
@@ -93,7 +93,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                         chat.on_event(ev)
                         if isinstance(ev, p.Done | p.Error):
                             break
-            except WorkerError as exc:
+            except EngineError as exc:
                 chat.fail(exc.kind, str(exc))
                 print(f"\n[{chat.notices[-1].replace('**', '')}]", file=sys.stderr)
                 if chat.restored_question:
@@ -722,10 +722,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specee: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from engine.client import WorkerError
+        from engine.client import EngineError
         from engine.prompts import PromptFileError
 
-        if isinstance(exc, WorkerError | PromptFileError):
+        if isinstance(exc, EngineError | PromptFileError):
             print(f"specee: {exc}", file=sys.stderr)
             return 2
         raise

@@ -30,11 +30,18 @@ EventHandler = Callable[[p.Message], None]
 FROZEN_WORKER_FLAG = "--specee-worker"
 
 
-class WorkerError(RuntimeError):
+class EngineError(RuntimeError):
+    """An engine, local or remote, refused or failed a request; kind says how (protocol's ErrorKind).
+    Catch this where either engine may answer (the chat loop, the engine choice)."""
+
     def __init__(self, kind: p.ErrorKind | str, message: str) -> None:
         super().__init__(message)
         # a member whenever the protocol knows the kind (never fail while reporting a failure)
         self.kind = p.ErrorKind(kind) if kind in p.ErrorKind._value2member_map_ else kind
+
+
+class WorkerError(EngineError):
+    """The local worker process refused a request, timed out or is gone."""
 
 
 def worker_command(python: str | None = None) -> list[str]:
@@ -48,6 +55,8 @@ class EngineClient:
     """What the window's bridge and `specee chat` use of an engine, local or remote: commands go in
     with send(), events come out to on_event (on a background thread) or, without it, to a queue
     that the blocking helpers read. Choosing the model is engine-specific (each client's load())."""
+
+    error_type: type[EngineError] = EngineError  # what this client raises: each engine has its own
 
     def __init__(self, on_event: EventHandler | None = None) -> None:
         self._on_event = on_event
@@ -65,7 +74,7 @@ class EngineClient:
         raise NotImplementedError
 
     def send(self, msg: p.Message) -> None:
-        """Raises WorkerError when the engine cannot take it at all (stopped, gone)."""
+        """Raises self.error_type (an EngineError) when the engine cannot take it at all (stopped, gone)."""
         raise NotImplementedError
 
     def _dispatch(self, msg: p.Message) -> None:
@@ -82,7 +91,7 @@ class EngineClient:
         try:
             return self._events.get(timeout=timeout)
         except queue.Empty:
-            raise WorkerError(p.ErrorKind.TIMEOUT, f"no reply from the engine within {timeout:.0f}s") from None
+            raise self.error_type(p.ErrorKind.TIMEOUT, f"no reply from the engine within {timeout:.0f}s") from None
 
     def wait_for(self, kind: type[p.Message], timeout: float = 60.0) -> p.Message:
         deadline = time.monotonic() + timeout
@@ -91,7 +100,7 @@ class EngineClient:
             if isinstance(msg, kind):
                 return msg
             if isinstance(msg, p.Error):
-                raise WorkerError(msg.kind, msg.message)
+                raise self.error_type(msg.kind, msg.message)
 
     def generate(
         self,
@@ -112,17 +121,17 @@ class EngineClient:
         timeout: float = 600.0,
         continue_answer: bool = False,
     ) -> Iterator[p.Message]:
-        """Yield this request's events up to and including Done; an Error raises WorkerError.
+        """Yield this request's events up to and including Done; an Error raises self.error_type.
         continue_answer: messages end with an unfinished answer, to be continued."""
         return self.events_of(self.generate(messages, sampling, continue_answer=continue_answer), timeout)
 
     def events_of(self, rid: str, timeout: float = 600.0) -> Iterator[p.Message]:
-        """The events of request rid, up to and including Done; an Error raises WorkerError."""
+        """The events of request rid, up to and including Done; an Error raises self.error_type."""
         deadline = time.monotonic() + timeout
         while True:
             msg = self.next_event(max(0.01, deadline - time.monotonic()))
             if isinstance(msg, p.Error) and msg.request_id in ("", rid):
-                raise WorkerError(msg.kind, msg.message)
+                raise self.error_type(msg.kind, msg.message)
             if getattr(msg, "request_id", rid) != rid:
                 continue
             yield msg
@@ -142,6 +151,8 @@ class EngineClient:
 
 
 class WorkerClient(EngineClient):
+    error_type = WorkerError
+
     def __init__(self, on_event: EventHandler | None = None, python: str | None = None, command: list[str] | None = None) -> None:
         """python: another interpreter for the worker (benchmarks against upstream); command: the
         whole worker command line (tests that start it in a particular way)."""

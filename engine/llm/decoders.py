@@ -94,7 +94,7 @@ class EagleDecoder:
         self.llm = llm
         self.lib = native.lib()
         params = llama_cpp.llama_model_default_params()
-        # Explicitly with the target's last layer (Session._head_on_gpu): llama.cpp's default
+        # Explicitly with the target's last layer (EngineSession._head_on_gpu): llama.cpp's default
         # offloads everything, so a CPU-placed target would ship features to the GPU every step.
         params.n_gpu_layers = 999 if head_on_gpu else 0
         self._draft_model = llama_cpp.llama_model_load_from_file(str(head_path).encode(), params)
@@ -112,7 +112,7 @@ class EagleDecoder:
     def cached_prefix(self, tokens: list[int]) -> int:
         return common_prefix(self._kv, tokens)
 
-    # the native draft-and-verify loop this decoder drives (SpecDecoder: llama.cpp's drafters)
+    # the native draft-and-verify loop this decoder drives (DrafterDecoder: llama.cpp's drafters)
     def _reset(self) -> None:
         self.lib.specee_eagle_reset_stats(self._eagle)
         self._stats = native.EagleStats()
@@ -189,7 +189,7 @@ class EagleDecoder:
             self._draft_model = None
 
 
-class SpecDecoder(EagleDecoder):
+class DrafterDecoder(EagleDecoder):
     """Training-free speculative decoding (native/src/spec/drafters.cpp): llama.cpp's n-gram
     drafters or a draft model with the target's tokenizer propose, the target verifies."""
 

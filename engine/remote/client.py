@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import httpx2
 
 from engine import protocol as p
-from engine.client import EngineClient, EventHandler, WorkerError
+from engine.client import EngineClient, EventHandler
 from engine.remote.endpoints import Endpoint
 from engine.remote.openai_api import (
     DEFAULT_TIMEOUTS,
@@ -72,6 +72,8 @@ def display_model(model_id: str) -> str:
 
 
 class RemoteClient(EngineClient):
+    error_type = RemoteError
+
     def __init__(
         self,
         endpoint: Endpoint,
@@ -119,7 +121,7 @@ class RemoteClient(EngineClient):
 
     def send(self, msg: p.Message) -> None:
         if self._http is None:
-            raise WorkerError("bad_request", f"the connection to {self.endpoint.name} is closed; start it again")
+            raise RemoteError("bad_request", f"the connection to {self.endpoint.name} is closed; start it again")
         if isinstance(msg, p.Generate):
             self._generate(msg)
         elif isinstance(msg, p.Cancel):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from engine import protocol as p
 from engine.chats.session import ERROR_TITLES
-from engine.client import EngineClient, EventHandler, WorkerClient, WorkerError
+from engine.client import EngineClient, EngineError, EventHandler, WorkerClient
 from engine.models.acceleration import installed_weights
 from engine.models.default_model import default_model_path
 from engine.models.registry import ModelRegistry
@@ -221,7 +221,7 @@ class EngineChoice:
         try:
             (self.local if local else self.client).send(msg)
             return True
-        except WorkerError as exc:
+        except EngineError as exc:
             self._on_event(p.Error(getattr(msg, "request_id", ""), exc.kind, str(exc)))
             return False
 

@@ -13,7 +13,7 @@ import httpx2
 
 from engine import __version__
 from engine import protocol as p
-from engine.client import WorkerError
+from engine.client import EngineError
 from engine.remote.endpoints import Endpoint
 
 
@@ -29,8 +29,9 @@ class Timeouts:
 DEFAULT_TIMEOUTS = Timeouts()
 
 
-class RemoteError(WorkerError):
-    """kind: unreachable | unauthorized | timeout | bad_response (engine/protocol.py's error kinds)."""
+class RemoteError(EngineError):
+    """A remote endpoint refused or failed a request (the local worker's is WorkerError).
+    kind: unreachable | unauthorized | timeout | bad_response (engine/protocol.py's error kinds)."""
 
 
 @dataclass

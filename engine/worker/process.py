@@ -90,7 +90,7 @@ def main() -> int:
     from engine.models.gguf_file import ModelFileError
     from engine.native import build_info
     from engine.placement.machine import backend_report
-    from engine.worker.session import LoadError, Session
+    from engine.worker.session import EngineSession, LoadError
 
     try:
         native = {**build_info(), "gpu": backend_report()}  # the backends loaded and the GPU used, or why none
@@ -99,7 +99,7 @@ def main() -> int:
         return 3
     channel.emit(p.Ready(pid=os.getpid(), native=native))
 
-    session: Session | None = None
+    session: EngineSession | None = None
     while True:
         if session is not None and session.has_background_work():
             # idle: one unit of auto's measurement at a time; a command arriving interrupts it
@@ -124,7 +124,7 @@ def main() -> int:
                 session.close()
                 session = None
             try:
-                session = Session(msg)
+                session = EngineSession(msg)
                 channel.emit(session.loaded)
             except ModelFileError as exc:
                 channel.emit(p.Error(kind=p.ErrorKind.MODEL_FILE, message=str(exc)))

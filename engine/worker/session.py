@@ -17,14 +17,14 @@ from engine import protocol as p
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.llm.decoders import Decoder, EagleDecoder, SpecDecoder, SpecEEDecoder, VanillaDecoder
+from engine.llm.decoders import Decoder, DrafterDecoder, EagleDecoder, SpecEEDecoder, VanillaDecoder
 from engine.llm.load import batch_invariant_weights
-from engine.models.acceleration import ACCELERATED_ARCHS, AccelerationError, check_eagle_head, find_pack, model_sha256
+from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import GGUFInfo, ModelFileError, inspect_gguf
 from engine.models.weights_check import check_weights
-from engine.native import build_info
+from engine.native import build_info, exit_archs
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
 from engine.worker import auto
@@ -43,9 +43,9 @@ class LoadError(Exception):
         self.kind = p.ErrorKind(kind)  # a kind the protocol does not know is a bug here, not the client's to decode
 
 
-class Session:
+class EngineSession:
     """A model in memory, for a Load that passed Load.validate(). Not thread-safe: the worker drives
-    it from one thread."""
+    it from one thread. (A conversation is engine.chats.session.ChatSession, on the frontend's side.)"""
 
     def __init__(self, load: p.Load) -> None:
         start = time.perf_counter()
@@ -174,7 +174,7 @@ class Session:
                 "or use ngram mode.",
             )
         arch = self.info.architecture
-        supported = arch in ACCELERATED_ARCHS
+        supported = arch in exit_archs()  # the native library's list (specee_exit_archs)
         pack = find_pack(model_path) if supported else None
         head = pack.eagle_head if pack else None
         exits = pack.exit_predictors if pack else None
@@ -191,7 +191,7 @@ class Session:
                                                  f"`specee train {cmd} --model {model_path}`, or use vanilla mode.")  # fmt: skip
 
         if not supported:
-            why = f"mode is not available for {arch!r} models (supported: {', '.join(ACCELERATED_ARCHS)}); use ngram or vanilla."
+            why = f"mode is not available for {arch!r} models (supported: {', '.join(exit_archs())}); use ngram or vanilla."
             for mode in ("eagle", "specee"):
                 why_not[mode] = (p.ErrorKind.UNSUPPORTED_ARCHITECTURE, f"{mode} {why}")
         elif head is None:
@@ -269,7 +269,7 @@ class Session:
         except RuntimeError as exc:
             raise LoadError(p.ErrorKind.BAD_HEAD, f"the EAGLE head {head.name} could not be used: {exc}") from exc
 
-    def _training_free_decoder(self, mode: str, load: p.Load, model_path: Path, draft: Path | None = None) -> SpecDecoder:
+    def _training_free_decoder(self, mode: str, load: p.Load, model_path: Path, draft: Path | None = None) -> DrafterDecoder:
         if mode == "ngram":
             drafter = load.drafter or "ngram-simple"
             reason = f"ngram: llama.cpp's {drafter} drafter proposes continuations found in the context"
@@ -285,7 +285,7 @@ class Session:
             reason = f"draft: {draft.name} (same tokenizer) drafts, {model_path.name} verifies"
         n_draft = load.n_draft or TRAINING_FREE_DRAFT[mode]
         try:
-            decoder = SpecDecoder(self.llm, drafter, n_draft, self.n_threads, draft, self._head_on_gpu())
+            decoder = DrafterDecoder(self.llm, drafter, n_draft, self.n_threads, draft, self._head_on_gpu())
         except RuntimeError as exc:
             raise LoadError(p.ErrorKind.BAD_DRAFT, f"{mode} mode could not start: {exc}") from exc
         if load.mode == mode:
@@ -456,7 +456,7 @@ def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]
     """The placement to load, why, and the planner's predicted decode speed per mode: the planner's
     placement for "auto" (the same for app, CLI, bench and tests), else the caller's override. The
     planner weighs layouts for the modes this load may run; the mode itself is decided only by
-    Session._make_decoder (explicit, or auto's measurement)."""
+    EngineSession._make_decoder (explicit, or auto's measurement)."""
     asked = load.placement
     if asked.layout != "auto":
         where = "all" if asked.n_gpu_layers < 0 else str(asked.n_gpu_layers)
