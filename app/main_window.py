@@ -53,7 +53,6 @@ class MainWindow(QMainWindow):
         self.store = store or ConversationStore()
         self.chat = ChatSession(self.store, sampling or p.Sampling(), settings={"preset": "Balanced"})
         self.settings = load_settings()
-        self.plan_text = ""
         self.n_ctx = 0
         self.loaded: p.Loaded | None = None  # what the engine in use loaded, as it said it
         self.decided: p.AutoDecided | None = None  # what `auto` chose after measuring
@@ -364,7 +363,6 @@ class MainWindow(QMainWindow):
         self.n_ctx = msg.n_ctx
         if not msg.n_ctx:  # a remote engine does not say: the local model's count is not its
             self.context_label.setText("")
-        self.plan_text = msg.plan
         self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
         self.status.model_loaded(msg)
         self.train_button.setVisible(msg.trainable)

@@ -165,9 +165,6 @@ class SettingsDialog(QDialog):
         outer.addWidget(scroll, 1)
         outer.addWidget(buttons)
 
-    def plan_text(self) -> str:
-        return "\n\n".join(label.text() for label in self.engine_labels)
-
     def result_settings(self, base: AppSettings) -> AppSettings:
         mode, theme = self.mode.currentText(), self.theme.currentData()
         return replace(base, mode=mode, n_threads=self.threads.value(), n_ctx=self.ctx.value(), theme=theme)

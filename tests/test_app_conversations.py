@@ -187,11 +187,11 @@ def test_every_control_has_an_accessible_name(qtbot, model_path: Path, store: Co
 
 
 def test_settings_show_the_placement_plan(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
-    assert "layers on the CPU" in window.plan_text and "predicted" in window.plan_text
     dialog = window.open_settings()
     from PySide6.QtWidgets import QLabel
 
-    assert any("Placement:" in lbl.text() for lbl in dialog.findChildren(QLabel))
+    placement = [lbl.text() for lbl in dialog.findChildren(QLabel) if "Placement:" in lbl.text()]
+    assert placement and "layers on the CPU" in placement[0] and "predicted" in placement[0]
 
 
 def test_delete_key_removes_a_chat_with_undo(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -1,37 +1,17 @@
-from engine.chats.render import code_blocks, conversation_markdown
-
-
-def test_code_blocks_get_copy_links_in_order() -> None:
-    msgs = [
-        {"role": "user", "content": "show code"},
-        {"role": "assistant", "content": "a\n```python\nprint(1)\n```\nb\n~~~\nx = 2\n~~~\n", "stats": {"decode_tok_s": 50.0}},
-    ]
-    md, blocks = conversation_markdown(msgs)
-    assert blocks == ["print(1)\n", "x = 2\n"]
-    assert md.index("(copy:0)") < md.index("(copy:1)") and "50.0 tok/s" in md
-    assert md.startswith("**You**")
-
-
-def test_a_streaming_answer_with_an_open_fence_still_renders_as_code() -> None:
-    md, blocks = conversation_markdown([{"role": "assistant", "content": "```\nfor i in x:"}])
-    assert "(copy:0)" in md and blocks == ["for i in x:\n"]
-    assert code_blocks("no code") == []
-
-
 def test_line_breaks_survive_rendering_outside_code_and_code_is_untouched() -> None:
     """A haiku (or a message written with Shift+Enter) keeps its lines in the chat view."""
     from PySide6.QtGui import QTextDocument
 
+    from engine.chats.render import message_segments
+
     haiku = "An old silent pond\nA frog jumps into the pond\nSplash! Silence again"
-    code = "Then:\n```python\nx = 1\ny = 2\n```\nDone."
-    md, blocks = conversation_markdown([{"role": "user", "content": haiku}, {"role": "assistant", "content": code}])
-    assert blocks == ["x = 1\ny = 2\n"]
+    segs = message_segments(f"{haiku}\n```python\nx = 1\ny = 2\n```\nDone.")
+    assert [(s.kind, s.text) for s in segs][1:] == [("code", "x = 1\ny = 2\n"), ("text", "Done.")]
     doc = QTextDocument()
-    doc.setMarkdown(md)
+    doc.setMarkdown(segs[0].text)
     shown = doc.toPlainText()
     for line in haiku.splitlines():
         assert any(row.strip() == line for row in shown.splitlines()), shown
-    assert "x = 1\ny = 2" in shown and "Then:" in shown
 
 
 def test_an_over_long_message_keeps_its_start_and_end(native_build: dict) -> None:

@@ -138,7 +138,7 @@ def test_endpoints_are_kept_without_their_key_which_goes_to_the_keyring(
     assert memory_keyring.passwords == {("specee-chat", "lab-box"): "sk-secret-123"}
     assert api_key("lab-box") == "sk-secret-123"
     assert "sk-secret" not in (isolated_data / "endpoints.json").read_text()
-    reg.set_model("lab-box", "llama")
+    reg.add(Endpoint("lab-box", "http://10.0.0.5:8080", "llama"))  # replaced by name
     assert [(e.name, e.model) for e in EndpointRegistry().all()] == [("lab-box", "llama")]
     with pytest.raises(EndpointError, match="lab-box"):
         reg.get("nope")  # the message lists what exists

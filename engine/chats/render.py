@@ -1,6 +1,5 @@
 """Chat messages for display (Qt-free): split into Markdown prose (line breaks kept) and fenced code
-blocks highlighted with pygments, for the window's message cards; and a whole conversation as
-Markdown with "Copy code" links (exports, plain views)."""
+blocks highlighted with pygments, for the window's message cards, and the lines under an answer."""
 
 from __future__ import annotations
 
@@ -14,20 +13,6 @@ from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
 FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
-
-
-def code_blocks(text: str) -> list[str]:
-    return [m.group(2) for m in FENCE.finditer(text)]
-
-
-def _with_copy_links(text: str, first_index: int) -> tuple[str, int]:
-    out, last, n = [], 0, first_index
-    for m in FENCE.finditer(text):
-        out.append(text[last : m.end()])
-        out.append(f"\n\n[Copy code](copy:{n})\n")
-        last, n = m.end(), n + 1
-    out.append(text[last:])
-    return "".join(out), n
 
 
 def _close_open_fence(text: str) -> str:
@@ -72,24 +57,6 @@ def message_footer(m: dict) -> list[str]:
     if m["role"] == "assistant" and m.get("interrupted"):
         lines.append("[interrupted: Continue or Regenerate]")
     return lines
-
-
-def conversation_markdown(messages: list[dict]) -> tuple[str, list[str]]:
-    """(markdown, code blocks in link order) for [{'role', 'content', 'stats'?}, ...]."""
-    parts: list[str] = []
-    blocks: list[str] = []
-    n = 0
-    for m in messages:
-        role = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m["role"], m["role"])
-        text = m["content"]
-        text = _close_open_fence(text)  # an answer cut off (or still streaming) inside a code block
-        text = _keep_line_breaks(text)
-        body, n2 = _with_copy_links(text, n)
-        blocks += code_blocks(text)
-        n = n2
-        footer = "".join(f"\n\n*{line}*" for line in message_footer(m))
-        parts.append(f"**{role}**\n\n{body if body.strip() else '…'}{footer}")
-    return "\n\n---\n\n".join(parts), blocks
 
 
 # -- the window's message cards ----------------------------------------------------------------------

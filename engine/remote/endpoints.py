@@ -104,11 +104,6 @@ class EndpointRegistry:
         self._write([e for e in self.all() if e.name != endpoint.name] + [endpoint])
         return endpoint
 
-    def set_model(self, name: str, model: str) -> None:
-        endpoints = self.all()
-        self.get(name)  # EndpointError if unknown
-        self._write([Endpoint(e.name, e.base_url, model if e.name == name else e.model, e.added) for e in endpoints])
-
     def remove(self, name: str) -> None:
         self.get(name)
         self._write([e for e in self.all() if e.name != name])
