@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 8
+EXPECTED_API_VERSION = 9
 
 
 class NativeBuildError(RuntimeError):
@@ -79,6 +79,7 @@ def lib() -> ctypes.CDLL:
         "specee_eagle_reset_stats": ([vp], None),
         "specee_ee_init": ([vp, i32], vp),
         "specee_exit_arch_supported": ([vp], ctypes.c_bool),
+        "specee_exit_archs": ([], ctypes.c_char_p),
         "specee_ee_free": ([vp], None),
         "specee_ee_set_predictor": ([vp, i32, i32, f32p, f32p, f32p, ctypes.c_float, ctypes.c_float], i32),
         "specee_ee_clear_predictors": ([vp], None),
@@ -96,6 +97,17 @@ def lib() -> ctypes.CDLL:
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
     }
     return _bind(handle, sigs)
+
+
+@cache
+def exit_archs() -> tuple[str, ...]:
+    """The GGUF architectures whose llama.cpp graph builders carry our hooks (EAGLE layer capture,
+    SpecEE exit checks and K/V fill), as the loaded library lists them (specee_exit_archs): the one
+    list, which specee_exit_arch_supported also reads. None for a plain upstream build. Code that runs
+    without the native library uses engine.models.acceleration.ACCELERATED_ARCHS, a tested copy."""
+    if not build_info().get("patched"):
+        return ()
+    return tuple(lib().specee_exit_archs().decode().split(","))
 
 
 def backends() -> list[dict[str, Any]]:

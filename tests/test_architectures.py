@@ -24,6 +24,7 @@ from engine import protocol as p
 from engine.client import WorkerClient
 from engine.llm.chat_prompt import ChatPrompt
 from engine.llm.decoders import EagleDecoder, SpecEEDecoder, VanillaDecoder
+from engine.models.acceleration import ACCELERATED_ARCHS
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import REPO_ROOT
 from tests.test_specee_engine import _seq_kv_rows, _take
@@ -120,6 +121,13 @@ def test_layer_capture_records_layer_inputs(tiny_models: dict[tuple[str, bool], 
     assert result["rows"] == {"finite": True, "nonzero": True}
 
 
+def test_the_python_fallback_list_of_architectures_is_the_native_librarys(native_build: dict) -> None:
+    """The native library owns the list (specee_exit_archs); engine.models.acceleration keeps a copy
+    for code that runs without it, and the tiny models cover every listed architecture."""
+    assert native.exit_archs() == ACCELERATED_ARCHS
+    assert set(ARCHITECTURES) == set(native.exit_archs())
+
+
 # ---- EAGLE and SpecEE in-process on the tiny models -------------------------------------------
 
 N_CTX = 512
@@ -160,6 +168,11 @@ def heads(tiny_models: dict[tuple[str, bool], Path], tmp_path_factory: pytest.Te
         return write_tiny_eagle_head(out, tiny_models[arch, tied])
 
     return get
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_specee_exit_arch_supported_reads_the_list(llms: Callable[[str, bool], Llama], arch: str) -> None:
+    assert native.lib().specee_exit_arch_supported(llms(arch, False)._model.model)
 
 
 def _tokens(llm: Llama, model: Path, text: str = QUESTION) -> list[int]:

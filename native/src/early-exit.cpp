@@ -518,16 +518,20 @@ enum llama_flash_attn_type specee_flash_attn_type(const llama_context * ctx) {
     return ctx->get_cparams().flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
 }
 
+// The one list of architectures whose graph builders call the exit hooks (src/models/llama.cpp in
+// patch 0002, qwen2.cpp and qwen3.cpp in patch 0005; the same builders store the layer inputs EAGLE
+// heads read), as GGUF `general.architecture` names. Python asks for it (specee_exit_archs,
+// engine/native.py); engine/models/acceleration.py's fallback copy is tested against it.
+static const char * const k_exit_archs = "llama,qwen2,qwen3";
+
+const char * specee_exit_archs(void) {
+    return k_exit_archs;
+}
+
 bool specee_exit_arch_supported(const llama_model * model) {
-    // the architectures whose graph builders call the exit hooks (patches 0002 and 0005)
-    switch (model->arch) {
-        case LLM_ARCH_LLAMA:
-        case LLM_ARCH_QWEN2:
-        case LLM_ARCH_QWEN3:
-            return true;
-        default:
-            return false;
-    }
+    const std::string name = llm_arch_name(model->arch);
+    const std::string list = std::string(",") + k_exit_archs + ",";
+    return list.find("," + name + ",") != std::string::npos;
 }
 
 specee_ee * specee_ee_init(specee_eagle * e, int32_t n_cand) {

@@ -85,8 +85,13 @@ struct specee_ee_stats {
 // for a head on a GPU while the target ran without it (and Mesa's lavapipe crashes in its shader).
 LLAMA_API enum llama_flash_attn_type specee_flash_attn_type(const struct llama_context * ctx);
 
-// Whether early exit can run on this model: its architecture's graph builder calls our exit hooks
-// (llama, qwen2, qwen3). Other models run the other modes.
+// The architectures whose graph builders call our exit hooks and store the layer inputs EAGLE heads
+// read, as GGUF general.architecture names separated by commas ("llama,qwen2,qwen3"); the string
+// is static. The one list: specee_exit_arch_supported and Python (engine/native.py) both read it.
+LLAMA_API const char * specee_exit_archs(void);
+
+// Whether early exit can run on this model: its architecture is in specee_exit_archs().
+// Other models run the other modes.
 LLAMA_API bool specee_exit_arch_supported(const struct llama_model * model);
 
 // Bind early exit to an EAGLE pair: the head's top n_cand tokens are the candidates (an exit may
