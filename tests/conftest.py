@@ -145,9 +145,12 @@ def gpu_layers(backend: str) -> int:
 
 
 def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-untyped-def]
+    """The worker tests' placement: on lavapipe the first layers on the device and the output head
+    on the CPU (the planner's GPU split; with the last layers there the 49k-row head runs on
+    lavapipe too and a draft-gpu case outgrew its 300 s limit); on a real GPU all layers."""
     from engine import protocol as p
 
-    return p.Placement(n_ctx=n_ctx, n_gpu_layers=gpu_layers(backend), layout="last")
+    return p.Placement(n_ctx=n_ctx, n_gpu_layers=gpu_layers(backend), layout="first" if ON_LAVAPIPE else "last")
 
 
 @contextmanager
