@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 9
+EXPECTED_API_VERSION = 10
 
 
 class NativeBuildError(RuntimeError):
@@ -70,14 +70,8 @@ def lib() -> ctypes.CDLL:
     assert "early-exit" in info["features"]
     sigs = {
         "specee_last_error": ([], ctypes.c_char_p),
-        "specee_eagle_init": ([vp, vp, i32, i32], vp),
-        "specee_eagle_free": ([vp], None),
-        "specee_eagle_set_threads": ([vp, i32], None),
-        "specee_eagle_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
-        "specee_eagle_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(EagleStats)], i32),
-        "specee_eagle_n_past": ([vp], i32),
-        "specee_eagle_reset_stats": ([vp], None),
-        "specee_ee_init": ([vp, i32], vp),
+        "specee_ee_init": ([vp, vp, i32, i32], vp),
+        "specee_ee_set_threads": ([vp, i32], None),
         "specee_exit_arch_supported": ([vp], ctypes.c_bool),
         "specee_exit_archs": ([], ctypes.c_char_p),
         "specee_ee_free": ([vp], None),
@@ -139,8 +133,8 @@ def backends() -> list[dict[str, Any]]:
 _BACKEND_MODULE = re.compile(r"(?:lib)?ggml-([a-z]+)(?:-[a-z0-9_]+)?\.(?:so|dll|dylib)")
 
 
-class SpecStats(ctypes.Structure):
-    """specee_spec_stats (native/src/specee.h)."""
+class DrafterStats(ctypes.Structure):
+    """native/src/specee.h: struct specee_drafter_stats."""
 
     _fields_ = [
         ("n_steps", ctypes.c_int32),
@@ -149,12 +143,14 @@ class SpecStats(ctypes.Structure):
         ("n_emitted", ctypes.c_int32),
         ("t_draft_ms", ctypes.c_double),
         ("t_verify_ms", ctypes.c_double),
+        ("t_feed_ms", ctypes.c_double),
     ]
 
 
 @cache
 def spec_lib() -> ctypes.CDLL:
-    """libspecee-spec: llama.cpp's training-free drafters behind our C API (patch 0006)."""
+    """libspecee-spec: every drafter (EAGLE-3 and llama.cpp's own) behind one handle,
+    specee_drafter_* (native/src/spec/drafter.cpp, patch 0006)."""
     require_patched()
     import llama_cpp
 
@@ -165,14 +161,14 @@ def spec_lib() -> ctypes.CDLL:
     handle = ctypes.CDLL(str(found[0]))
     vp, i32 = ctypes.c_void_p, ctypes.c_int32
     sigs = {
-        "specee_spec_init": ([vp, ctypes.c_char_p, vp, i32, i32], vp),
-        "specee_spec_free": ([vp], None),
-        "specee_spec_set_threads": ([vp, i32], None),
-        "specee_spec_last_error": ([], ctypes.c_char_p),
-        "specee_spec_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
-        "specee_spec_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(SpecStats)], i32),
-        "specee_spec_n_past": ([vp], i32),
-        "specee_spec_reset_stats": ([vp], None),
+        "specee_drafter_init": ([vp, ctypes.c_char_p, vp, i32, i32], vp),
+        "specee_drafter_free": ([vp], None),
+        "specee_drafter_set_threads": ([vp, i32], None),
+        "specee_drafter_last_error": ([], ctypes.c_char_p),
+        "specee_drafter_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
+        "specee_drafter_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(DrafterStats)], i32),
+        "specee_drafter_n_past": ([vp], i32),
+        "specee_drafter_reset_stats": ([vp], None),
     }
     return _bind(handle, sigs)
 
@@ -233,20 +229,6 @@ def set_multicol(on: bool) -> None:
     handle = cpu_lib()
     if handle is not None:
         handle.specee_multicol_set(on)
-
-
-class EagleStats(ctypes.Structure):
-    """native/src/specee.h: struct specee_eagle_stats."""
-
-    _fields_ = [
-        ("n_steps", ctypes.c_int32),
-        ("n_drafted", ctypes.c_int32),
-        ("n_accepted", ctypes.c_int32),
-        ("n_emitted", ctypes.c_int32),
-        ("t_draft_ms", ctypes.c_double),
-        ("t_verify_ms", ctypes.c_double),
-        ("t_feed_ms", ctypes.c_double),
-    ]
 
 
 EE_MAX_LAYERS = 128  # specee.h SPECEE_EE_MAX_LAYERS

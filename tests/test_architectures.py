@@ -23,7 +23,7 @@ from engine import native
 from engine import protocol as p
 from engine.client import WorkerClient
 from engine.llm.chat_prompt import ChatPrompt
-from engine.llm.decoders import EagleDecoder, SpecEEDecoder, VanillaDecoder
+from engine.llm.decoders import DrafterDecoder, SpecEEDecoder, VanillaDecoder
 from engine.models.acceleration import ACCELERATED_ARCHS
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import REPO_ROOT
@@ -202,7 +202,7 @@ def test_eagle_greedy_output_equals_vanilla(
     llm = llms(arch, tied)
     tokens = _tokens(llm, tiny_models[arch, tied])
     want = _vanilla(llm, tokens)
-    dec = EagleDecoder(llm, heads(arch, tied), n_draft=3, n_threads=2)
+    dec = DrafterDecoder(llm, "eagle", n_draft=3, n_threads=2, draft_model=heads(arch, tied))
     try:
         got = _take(dec.stream(tokens, p.Sampling.greedy(N_TOKENS)), N_TOKENS)
         st = dec.accel_stats()

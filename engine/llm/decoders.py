@@ -87,70 +87,28 @@ class VanillaDecoder:
         pass
 
 
-class EagleDecoder:
-    """EAGLE-3 speculative decoding in native/src/eagle.cpp: draft a chain, verify in one batch."""
+def _load_draft_model(path: Path, on_gpu: bool, what: str) -> Any:
+    params = llama_cpp.llama_model_default_params()
+    # Explicitly with the target's last layer (EngineSession._head_on_gpu): llama.cpp's default
+    # offloads everything, so a CPU-placed target would ship features to the GPU every step.
+    params.n_gpu_layers = 999 if on_gpu else 0
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load the {what} {path.name}")
+    return model
 
-    def __init__(self, llm: Llama, head_path: Path, n_draft: int, n_threads: int, head_on_gpu: bool = False) -> None:
-        self.llm = llm
-        self.lib = native.lib()
-        params = llama_cpp.llama_model_default_params()
-        # Explicitly with the target's last layer (EngineSession._head_on_gpu): llama.cpp's default
-        # offloads everything, so a CPU-placed target would ship features to the GPU every step.
-        params.n_gpu_layers = 999 if head_on_gpu else 0
-        self._draft_model = llama_cpp.llama_model_load_from_file(str(head_path).encode(), params)
-        if not self._draft_model:
-            raise RuntimeError(f"llama.cpp could not load the EAGLE head {head_path.name}")
-        self._eagle = self.lib.specee_eagle_init(llm._ctx.ctx, self._draft_model, n_draft, n_threads)
-        if not self._eagle:
-            llama_cpp.llama_model_free(self._draft_model)
-            raise RuntimeError(self.lib.specee_last_error().decode())
-        self.n_draft = n_draft
-        self._kv: list[int] = []  # tokens in the target KV (the eagle loop bypasses llm's bookkeeping)
-        self._stats = native.EagleStats()
-        self._out = (ctypes.c_int32 * (n_draft + 1))()
+
+class _NativeLoop:
+    """What the natively looped decoders share: a draft model they load (an EAGLE head or a
+    smaller model) and the tokens in the target's KV cache, which their loop keeps past
+    llama-cpp-python's own bookkeeping."""
+
+    llm: Llama
+    _draft_model: Any = None
+    _kv: list[int]
 
     def cached_prefix(self, tokens: list[int]) -> int:
         return common_prefix(self._kv, tokens)
-
-    # the native draft-and-verify loop this decoder drives (DrafterDecoder: llama.cpp's drafters)
-    def _reset(self) -> None:
-        self.lib.specee_eagle_reset_stats(self._eagle)
-        self._stats = native.EagleStats()
-
-    def _prefill(self, arr: Any, n: int, n_keep: int, smpl: Any) -> int:
-        return self.lib.specee_eagle_prefill(self._eagle, arr, n, n_keep, smpl)
-
-    def _step(self, smpl: Any) -> int:
-        return self.lib.specee_eagle_step(self._eagle, smpl, self._out, self.n_draft + 1, ctypes.byref(self._stats))
-
-    def _n_past(self) -> int:
-        return self.lib.specee_eagle_n_past(self._eagle)
-
-    def _error(self) -> str:
-        return self.lib.specee_last_error().decode()
-
-    def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
-        smpl = _sampler(self.llm, s)
-        n_keep = self.cached_prefix(tokens)
-        self._reset()
-        arr = (ctypes.c_int32 * len(tokens))(*tokens)
-        self._kv = []  # unknown until the prefill succeeds
-        first = self._prefill(arr, len(tokens), n_keep, smpl.sampler)
-        if first < 0:
-            raise RuntimeError(self._error())
-        emitted = [first]
-        self._kv = list(tokens)
-        yield first
-        while True:
-            n = self._step(smpl.sampler)
-            if n < 0:
-                raise RuntimeError(self._error())
-            if n == 0:
-                return  # context full
-            new = list(self._out[:n])
-            emitted += new
-            self._kv = (tokens + emitted)[: self._n_past()]
-            yield from new
 
     def kv_used(self) -> int:
         return len(self._kv)
@@ -160,6 +118,65 @@ class EagleDecoder:
 
     def last_margin(self) -> float:
         return math.nan
+
+    def _free_draft_model(self) -> None:
+        if self._draft_model:
+            llama_cpp.llama_model_free(self._draft_model)
+            self._draft_model = None
+
+
+class DrafterDecoder(_NativeLoop):
+    """Speculative decoding behind one native handle (specee_drafter_*, native/src/spec/drafter.cpp):
+    a drafter proposes, the target verifies in one batch and every token is sampled from the target.
+    drafter: "eagle" (draft_model: an EAGLE-3 head), "draft-simple" (draft_model: a smaller model with
+    the target's tokenizer) or one of llama.cpp's n-gram drafters ("ngram-simple", ...)."""
+
+    def __init__(
+        self, llm: Llama, drafter: str, n_draft: int, n_threads: int, draft_model: Path | None = None, head_on_gpu: bool = False
+    ) -> None:
+        self.llm = llm
+        self.drafter = drafter
+        self.lib = native.spec_lib()
+        self.n_draft = n_draft
+        self._handle = None
+        self._kv = []  # unknown until a prefill succeeds
+        if draft_model is not None:
+            what = "EAGLE head" if drafter == "eagle" else "draft model"
+            self._draft_model = _load_draft_model(draft_model, head_on_gpu, what)
+        self._handle = self.lib.specee_drafter_init(llm._ctx.ctx, drafter.encode(), self._draft_model, n_draft, n_threads)
+        if not self._handle:
+            msg = self.lib.specee_drafter_last_error().decode()
+            self.close()
+            raise RuntimeError(msg)
+        self._stats = native.DrafterStats()
+        self._out = (ctypes.c_int32 * (n_draft + 1))()
+
+    def _error(self) -> RuntimeError:
+        return RuntimeError(self.lib.specee_drafter_last_error().decode())
+
+    def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
+        smpl = _sampler(self.llm, s)
+        n_keep = self.cached_prefix(tokens)
+        self.lib.specee_drafter_reset_stats(self._handle)
+        self._stats = native.DrafterStats()
+        arr = (ctypes.c_int32 * len(tokens))(*tokens)
+        self._kv = []
+        first = self.lib.specee_drafter_prefill(self._handle, arr, len(tokens), n_keep, smpl.sampler)
+        if first < 0:
+            raise self._error()
+        emitted = [first]
+        self._kv = list(tokens)
+        yield first
+        while True:
+            n = self.lib.specee_drafter_step(self._handle, smpl.sampler, self._out, self.n_draft + 1, ctypes.byref(self._stats))
+            if n < 0:
+                raise self._error()
+            if n == 0:
+                return  # context full
+            new = list(self._out[:n])
+            emitted += new
+            self._kv = (tokens + emitted)[: self.lib.specee_drafter_n_past(self._handle)]
+            yield from new
 
     def accel_stats(self) -> dict[str, float]:
         st = self._stats
@@ -172,79 +189,22 @@ class EagleDecoder:
             "draft_ms_per_step": st.t_draft_ms / steps,
             "verify_ms_per_step": st.t_verify_ms / steps,
         }
-        if hasattr(st, "t_feed_ms"):  # EAGLE feeds the head; llama.cpp's drafters (SpecStats) have no feed
+        if self.drafter == "eagle":  # only EAGLE feeds the accepted tokens' features to its head
             out["feed_ms_per_step"] = st.t_feed_ms / steps
         return out
 
     def set_threads(self, n: int) -> None:
-        if self._eagle:
-            self.lib.specee_eagle_set_threads(self._eagle, n)
+        if self._handle:
+            self.lib.specee_drafter_set_threads(self._handle, n)
 
     def close(self) -> None:
-        if self._eagle:
-            self.lib.specee_eagle_free(self._eagle)
-            self._eagle = None
-        if self._draft_model:
-            llama_cpp.llama_model_free(self._draft_model)
-            self._draft_model = None
+        if self._handle:
+            self.lib.specee_drafter_free(self._handle)
+            self._handle = None
+        self._free_draft_model()
 
 
-class DrafterDecoder(EagleDecoder):
-    """Training-free speculative decoding (native/src/spec/drafters.cpp): llama.cpp's n-gram
-    drafters or a draft model with the target's tokenizer propose, the target verifies."""
-
-    def __init__(
-        self, llm: Llama, drafter: str, n_draft: int, n_threads: int, draft_model: Path | None = None, head_on_gpu: bool = False
-    ) -> None:
-        self.llm = llm
-        self.lib = native.spec_lib()
-        self.n_draft = n_draft
-        self._draft_model = None
-        if draft_model is not None:
-            params = llama_cpp.llama_model_default_params()
-            params.n_gpu_layers = 999 if head_on_gpu else 0  # with the target's last layer, like an EAGLE head
-            self._draft_model = llama_cpp.llama_model_load_from_file(str(draft_model).encode(), params)
-            if not self._draft_model:
-                raise RuntimeError(f"llama.cpp could not load the draft model {draft_model.name}")
-        self._eagle = self.lib.specee_spec_init(llm._ctx.ctx, drafter.encode(), self._draft_model, n_draft, n_threads)
-        if not self._eagle:
-            msg = self.lib.specee_spec_last_error().decode()
-            self.close()
-            raise RuntimeError(msg)
-        self._kv = []
-        self._stats = native.SpecStats()
-        self._out = (ctypes.c_int32 * (n_draft + 1))()
-
-    def _reset(self) -> None:
-        self.lib.specee_spec_reset_stats(self._eagle)
-        self._stats = native.SpecStats()
-
-    def _prefill(self, arr: Any, n: int, n_keep: int, smpl: Any) -> int:
-        return self.lib.specee_spec_prefill(self._eagle, arr, n, n_keep, smpl)
-
-    def _step(self, smpl: Any) -> int:
-        return self.lib.specee_spec_step(self._eagle, smpl, self._out, self.n_draft + 1, ctypes.byref(self._stats))
-
-    def _n_past(self) -> int:
-        return self.lib.specee_spec_n_past(self._eagle)
-
-    def _error(self) -> str:
-        return self.lib.specee_spec_last_error().decode()
-
-    def set_threads(self, n: int) -> None:
-        if self._eagle:
-            self.lib.specee_spec_set_threads(self._eagle, n)
-
-    def close(self) -> None:
-        if self._eagle:
-            self.lib.specee_spec_free(self._eagle)
-            self._eagle = None
-        if self._draft_model:
-            llama_cpp.llama_model_free(self._draft_model)
-            self._draft_model = None
-
-
-class SpecEEDecoder(EagleDecoder):
+class SpecEEDecoder(_NativeLoop):
     """SpecEE early exit in native/src/early-exit.cpp: one target pass per token that stops at the
     first layer whose predictor is sure the token is settled among the head's candidates."""
 
@@ -262,12 +222,16 @@ class SpecEEDecoder(EagleDecoder):
         n_cand: int = 32,
         head_on_gpu: bool = False,
     ) -> None:
-        super().__init__(llm, head_path, 1, n_threads, head_on_gpu)
+        self.llm = llm
+        self.lib = native.lib()
+        self._kv = []
+        self._ee = None
         self.n_cand = predictors.n_cand if predictors else n_cand
-        self._ee = self.lib.specee_ee_init(self._eagle, self.n_cand)
+        self._draft_model = _load_draft_model(head_path, head_on_gpu, "EAGLE head")
+        self._ee = self.lib.specee_ee_init(llm._ctx.ctx, self._draft_model, self.n_cand, n_threads)
         if not self._ee:
             msg = self.lib.specee_last_error().decode()
-            super().close()
+            self.close()
             raise RuntimeError(msg)
         self.n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
         self.lib.specee_ee_set_fill(self._ee, fill)
@@ -358,11 +322,15 @@ class SpecEEDecoder(EagleDecoder):
             out["exit_precision"] = st.n_shadow_correct / max(st.n_shadow_exits, 1)
         return out
 
+    def set_threads(self, n: int) -> None:
+        if self._ee:
+            self.lib.specee_ee_set_threads(self._ee, n)
+
     def close(self) -> None:
-        if getattr(self, "_ee", None):
+        if self._ee:
             self.lib.specee_ee_free(self._ee)
             self._ee = None
-        super().close()
+        self._free_draft_model()
 
 
 def _f32(a: np.ndarray) -> Any:

@@ -21,7 +21,7 @@ from engine.paths import RESOURCES_DIR, cache_dir, data_dir
 TARGET_SHA_KEY = "specee.target_sha256"
 # Architectures whose llama.cpp graph builders carry our hooks (layer capture for EAGLE heads, exit
 # checks and K/V fill for SpecEE: patches 0002, 0005); any other model runs vanilla. The list itself
-# is the native library's (native/src/early-exit.cpp, specee_exit_archs; engine.native.exit_archs),
+# is the native library's (native/src/exit-graph.cpp, specee_exit_archs; engine.native.exit_archs),
 # which the worker asks. This copy serves code that must run without the native library (training's
 # and head import's early checks, which engine.models may not import engine.native for);
 # tests/test_architectures.py checks it equals the library's.

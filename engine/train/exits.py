@@ -45,7 +45,7 @@ N_FEATURES = 14  # native/src/specee.h SPECEE_EE_N_FEATURES
 
 
 def features(rec: np.ndarray, draft_lp: np.ndarray) -> np.ndarray:
-    """[steps, n_layer, 14], as native/src/early-exit.cpp exit_features computes them: top-4
+    """[steps, n_layer, 14], as native/src/exit-predictor.cpp exit_features computes them: top-4
     logits, their softmax over all candidates, the top token's probability change since the
     previous layer and whether it was already on top, top-1/top-2 margin, growth of the top logit,
     the head's log-probability of all candidates and of its first one."""

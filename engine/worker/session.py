@@ -17,7 +17,7 @@ from engine import protocol as p
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.llm.decoders import Decoder, DrafterDecoder, EagleDecoder, SpecEEDecoder, VanillaDecoder
+from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
 from engine.llm.load import batch_invariant_weights
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
@@ -259,11 +259,11 @@ class EngineSession:
         self.loaded.measuring = False
         return p.AutoDecided(mode=mode, mode_reason=self.mode_reason, measured_tok_s=speeds)
 
-    def _eagle_decoder(self, load: p.Load, pack, head: Path) -> EagleDecoder:  # type: ignore[no-untyped-def]
+    def _eagle_decoder(self, load: p.Load, pack, head: Path) -> DrafterDecoder:  # type: ignore[no-untyped-def]
         try:
             check_eagle_head(head, Path(load.model_path))
             n_draft = load.n_draft or int(pack.manifest.get("eagle", {}).get("n_draft", 3))
-            return EagleDecoder(self.llm, head, n_draft, self.n_threads, self._head_on_gpu())
+            return DrafterDecoder(self.llm, "eagle", n_draft, self.n_threads, head, self._head_on_gpu())
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:

@@ -1,7 +1,7 @@
 // Internals shared by the EAGLE (eagle.cpp) and SpecEE early-exit (early-exit.cpp) decoders.
 #pragma once
 
-#include "specee.h"
+#include "eagle-api.h"
 
 #include <algorithm>
 #include <string>
@@ -50,7 +50,7 @@ struct specee_eagle {
 
     std::vector<float> feats;  // encoder input rows [n x 3*n_embd_t]
     std::vector<float> g;      // encoder output rows [n x n_embd_d]
-    specee_eagle_stats stats{};
+    specee_drafter_stats stats{};
 };
 
 namespace specee {
@@ -60,5 +60,7 @@ namespace specee {
 bool encode_features(specee_eagle * e, int32_t r0, int32_t n, int32_t exit_layer, const float * h_exit);
 // Decode draft rows (tokens[i], hidden rows[i]) at pos0+i.
 bool draft_decode(specee_eagle * e, const llama_token * tokens, const float * hidden, int32_t n, llama_pos pos0, bool outputs);
+// first_h = the head's pre-norm state at row `row` of the last draft decode (the next chain step's input).
+void keep_draft_state(specee_eagle * e, int32_t row);
 
 }  // namespace specee

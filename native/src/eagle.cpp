@@ -148,6 +148,11 @@ bool specee::draft_decode(specee_eagle * e, const llama_token * tokens, const fl
     return true;
 }
 
+void specee::keep_draft_state(specee_eagle * e, int32_t row) {
+    const float * h = llama_get_embeddings_nextn_ith(e->dft, row);
+    std::copy(h, h + e->n_embd_d, e->first_h.begin());
+}
+
 // The seed row (id_last, g of the newest target position) at that position: its output is the
 // first draft token of the next step.
 static bool seed(specee_eagle * e, const float * g_last) {
@@ -207,7 +212,7 @@ llama_token specee_eagle_prefill(specee_eagle * e, const llama_token * tokens, i
     return sampled;
 }
 
-int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * out, int32_t max_out, specee_eagle_stats * stats) {
+int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * out, int32_t max_out, specee_drafter_stats * stats) {
     const double t0 = now_ms();
     const int32_t n_ctx = (int32_t) llama_n_ctx(e->tgt);
     const int32_t room = n_ctx - e->n_past - 1;  // verify rows beyond id_last that still fit
@@ -295,5 +300,5 @@ int32_t specee_eagle_n_past(const specee_eagle * e) {
 }
 
 void specee_eagle_reset_stats(specee_eagle * e) {
-    e->stats = specee_eagle_stats{};
+    e->stats = specee_drafter_stats{};
 }

@@ -1,7 +1,7 @@
 // Hooks our llama.cpp patches call from the llama-family graph builders (0002: llama; 0005: qwen2, qwen3). They add, only
 // while a SpecEE early-exit step is decoding one token: candidate logits after every layer (4 rows
 // of the lm_head through the final norm) and, after the output head, one K/V-fill group per layer
-// that an exit jumps into. Implemented in early-exit.cpp.
+// that an exit jumps into. Implemented in exit-graph.cpp.
 #pragma once
 
 #include "../llama-graph.h"

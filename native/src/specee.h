@@ -19,40 +19,49 @@ LLAMA_API const float * specee_layer_input(struct llama_context * ctx, int32_t l
 // Message of the last failed specee_* call on this thread.
 LLAMA_API const char * specee_last_error(void);
 
-// ---- EAGLE-3 speculative decoding (eagle.cpp) ----------------------------------------------
+// ---- Speculative decoding: one handle for every drafter (spec/drafter.cpp, in libspecee-spec) --
+// A drafter proposes up to n_draft tokens, the target verifies them with the previous sample in one
+// batch, and every emitted token is sampled from the target's own logits (greedy output equals
+// plain decoding; sampling keeps the target's distribution). The types:
+//   "eagle"          an EAGLE-3 head (draft_model) reading the target's layer inputs (eagle.cpp)
+//   "draft-simple"   a smaller model (draft_model) with the target's tokenizer, in a context of its own
+//   "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"   llama.cpp's n-gram lookups (no draft_model)
+// The last two kinds are llama.cpp's own drafters (common/speculative); they live in a library of
+// their own because llama.cpp's common library links libllama.
 
-struct specee_eagle;
+struct specee_drafter;
 
-struct specee_eagle_stats {
+struct specee_drafter_stats {
     int32_t n_steps;     // verify batches run
     int32_t n_drafted;   // draft tokens proposed
     int32_t n_accepted;  // draft tokens the target confirmed
     int32_t n_emitted;   // tokens produced by steps (accepted + one sampled per step)
-    double  t_draft_ms, t_verify_ms, t_feed_ms;  // where the time went
+    double  t_draft_ms, t_verify_ms;
+    double  t_feed_ms;   // EAGLE: feeding the accepted tokens' features to the head; 0 for the others
 };
 
-// Bind a loaded eagle3 head to a target context: creates the draft context (sharing the target's
-// token embedding) and turns on the target's feature capture. NULL on error (specee_last_error).
-LLAMA_API struct specee_eagle * specee_eagle_init(struct llama_context * ctx_tgt, struct llama_model * draft,
-                                                  int32_t n_draft, int32_t n_threads);
-LLAMA_API void specee_eagle_free(struct specee_eagle * e);
+// NULL on error (specee_drafter_last_error). The caller keeps draft_model loaded until the drafter is freed.
+LLAMA_API struct specee_drafter * specee_drafter_init(struct llama_context * ctx_tgt, const char * type,
+                                                      struct llama_model * draft_model, int32_t n_draft, int32_t n_threads);
+LLAMA_API void specee_drafter_free(struct specee_drafter * d);
+// Message of the last failed specee_drafter_* call on this thread.
+LLAMA_API const char * specee_drafter_last_error(void);
 // The draft context's threads (the worker lowers them with the target's while another process is busy).
-LLAMA_API void specee_eagle_set_threads(struct specee_eagle * e, int32_t n_threads);
+LLAMA_API void specee_drafter_set_threads(struct specee_drafter * d, int32_t n_threads);
 
-// Decode tokens[n_keep-1 .. n) on the target (its KV must hold tokens[0 .. n_keep)), feed the
-// head, and sample the first answer token with smpl. Returns it, or -1 on error.
-LLAMA_API llama_token specee_eagle_prefill(struct specee_eagle * e, const llama_token * tokens, int32_t n_tokens,
-                                           int32_t n_keep, struct llama_sampler * smpl);
+// Decode tokens[n_keep-1 .. n) on the target (its KV must hold tokens[0 .. n_keep)), let the drafter
+// see them, and sample the first answer token with smpl. Returns it, or -1 on error.
+LLAMA_API llama_token specee_drafter_prefill(struct specee_drafter * d, const llama_token * tokens, int32_t n_tokens,
+                                             int32_t n_keep, struct llama_sampler * smpl);
 
-// One speculative step: draft up to n_draft tokens, verify them with the previous sample in one
-// target batch, write the 1..n_draft+1 newly sampled tokens to out (at most max_out). Returns the
-// count, 0 when the context is full, -1 on error. Every token is sampled from the target's logits.
-LLAMA_API int32_t specee_eagle_step(struct specee_eagle * e, struct llama_sampler * smpl, llama_token * out,
-                                    int32_t max_out, struct specee_eagle_stats * stats);
+// One speculative step: draft, verify, write the 1..n_draft+1 newly sampled tokens to out (at most
+// max_out). Returns the count, 0 when the context is full, -1 on error. stats may be NULL.
+LLAMA_API int32_t specee_drafter_step(struct specee_drafter * d, struct llama_sampler * smpl, llama_token * out,
+                                      int32_t max_out, struct specee_drafter_stats * stats);
 
 // Tokens now in the target's KV cache (the prompt and all emitted tokens but the newest).
-LLAMA_API int32_t specee_eagle_n_past(const struct specee_eagle * e);
-LLAMA_API void    specee_eagle_reset_stats(struct specee_eagle * e);
+LLAMA_API int32_t specee_drafter_n_past(const struct specee_drafter * d);
+LLAMA_API void    specee_drafter_reset_stats(struct specee_drafter * d);
 
 // ---- SpecEE early exit (early-exit.cpp) ----------------------------------------------------
 // Each step decodes one token with the target; the EAGLE head's top-n_cand tokens are the
@@ -94,10 +103,14 @@ LLAMA_API const char * specee_exit_archs(void);
 // Other models run the other modes.
 LLAMA_API bool specee_exit_arch_supported(const struct llama_model * model);
 
-// Bind early exit to an EAGLE pair: the head's top n_cand tokens are the candidates (an exit may
-// pick any of them). NULL on error.
-LLAMA_API struct specee_ee * specee_ee_init(struct specee_eagle * e, int32_t n_cand);
+// Bind early exit to a target context and a loaded EAGLE-3 head (kept loaded by the caller until
+// specee_ee_free): the head's top n_cand tokens are the candidates (an exit may pick any of them);
+// its context runs n_threads. NULL on error (specee_last_error).
+LLAMA_API struct specee_ee * specee_ee_init(struct llama_context * ctx_tgt, struct llama_model * head, int32_t n_cand,
+                                            int32_t n_threads);
 LLAMA_API void specee_ee_free(struct specee_ee * x);
+// The head context's threads (as specee_drafter_set_threads).
+LLAMA_API void specee_ee_set_threads(struct specee_ee * x, int32_t n_threads);
 
 // Predictor for exits after layer `layer`: z = w2 . relu(W1 f + b1) + b2 with f the
 // SPECEE_EE_N_FEATURES features of the candidates' logits (see exit_features); exit when
@@ -130,7 +143,7 @@ LLAMA_API void specee_ee_set_stop_tokens(struct specee_ee * x, const llama_token
 // only for measuring what the fill is worth). Default true.
 LLAMA_API void specee_ee_set_fill(struct specee_ee * x, bool fill);
 
-// Prompt prefill (as specee_eagle_prefill), then the first candidates.
+// Prompt prefill (as specee_drafter_prefill), then the first candidates.
 LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token * tokens, int32_t n_tokens,
                                         int32_t n_keep, struct llama_sampler * smpl);
 
@@ -142,37 +155,6 @@ LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token 
 LLAMA_API int32_t specee_ee_step(struct specee_ee * x, struct llama_sampler * smpl, llama_token * out, float * record,
                                  llama_token * cands, struct specee_ee_stats * stats);
 LLAMA_API void specee_ee_reset_stats(struct specee_ee * x);
-
-// ---- Training-free drafters (spec/drafters.cpp, in libspecee-spec) ---------------------------
-// llama.cpp's own drafters from common/speculative ("ngram-simple", "ngram-map-k", "ngram-map-k4v",
-// "ngram-mod", "draft-simple" with a draft model sharing the target's tokenizer); verification as
-// in EAGLE: every token is sampled from the target's logits. A separate library because llama.cpp's
-// common library links libllama.
-
-struct specee_spec;
-
-struct specee_spec_stats {
-    int32_t n_steps;     // verify batches run
-    int32_t n_drafted;   // draft tokens proposed
-    int32_t n_accepted;  // draft tokens the target confirmed
-    int32_t n_emitted;   // tokens produced by steps
-    double  t_draft_ms, t_verify_ms;
-};
-
-// type: a llama.cpp drafter name; draft_model: only (and required) for "draft-simple", which gets
-// a context of its own. NULL on error (specee_spec_last_error).
-LLAMA_API struct specee_spec * specee_spec_init(struct llama_context * ctx_tgt, const char * type, struct llama_model * draft_model,
-                                                int32_t n_draft, int32_t n_threads);
-LLAMA_API void specee_spec_free(struct specee_spec * s);
-LLAMA_API void specee_spec_set_threads(struct specee_spec * s, int32_t n_threads);  // as specee_eagle_set_threads
-LLAMA_API const char * specee_spec_last_error(void);
-// As specee_eagle_prefill / specee_eagle_step / specee_eagle_n_past.
-LLAMA_API llama_token specee_spec_prefill(struct specee_spec * s, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
-                                          struct llama_sampler * smpl);
-LLAMA_API int32_t specee_spec_step(struct specee_spec * s, struct llama_sampler * smpl, llama_token * out, int32_t max_out,
-                                   struct specee_spec_stats * stats);
-LLAMA_API int32_t specee_spec_n_past(const struct specee_spec * s);
-LLAMA_API void    specee_spec_reset_stats(struct specee_spec * s);
 
 // ---- Placement (placement.cpp) --------------------------------------------------------------
 

@@ -1,9 +1,10 @@
-// Training-free speculative decoding on llama.cpp's own drafters (common/speculative: the n-gram
-// lookups and draft-simple, a smaller model with the target's tokenizer). Drafting is theirs; the
+// specee_drafter_*: one handle for every drafter (specee.h). "eagle" runs through libllama's EAGLE-3
+// loop (eagle.cpp); the others are llama.cpp's own drafters (common/speculative: the n-gram lookups
+// and draft-simple, a smaller model with the target's tokenizer). Drafting is theirs; the
 // verification is ours, as in eagle.cpp: every emitted token is sampled from the target's logits,
 // so greedy output equals vanilla and sampling keeps the target's distribution.
 // Built into libspecee-spec (patch 0006), not libllama: llama.cpp's common library links libllama.
-#include "specee.h"
+#include "eagle-api.h"
 
 #include "common.h"
 #include "speculative.h"
@@ -24,7 +25,9 @@ double now_ms() {
 
 }  // namespace
 
-struct specee_spec {
+struct specee_drafter {
+    specee_eagle * eagle = nullptr;  // type "eagle": libllama's loop; the fields below are unused
+
     llama_context * tgt = nullptr;
     llama_context * dft = nullptr;  // owned: the draft model's context (draft-simple)
     common_params_speculative params;
@@ -35,18 +38,32 @@ struct specee_spec {
     llama_tokens prompt;  // the tokens in the target's KV cache
     llama_token id_last = -1;  // sampled, not yet decoded by the target
     llama_tokens draft;
-    specee_spec_stats stats{};
+    specee_drafter_stats stats{};
 };
 
-const char * specee_spec_last_error(void) {
+const char * specee_drafter_last_error(void) {
     return g_error.c_str();
 }
 
-specee_spec * specee_spec_init(llama_context * ctx_tgt, const char * type, llama_model * draft_model, int32_t n_draft,
-                               int32_t n_threads) {
+specee_drafter * specee_drafter_init(llama_context * ctx_tgt, const char * type, llama_model * draft_model, int32_t n_draft,
+                                     int32_t n_threads) {
+    if (type != nullptr && std::string(type) == "eagle") {
+        if (draft_model == nullptr) {
+            g_error = "the eagle drafter needs an EAGLE-3 head";
+            return nullptr;
+        }
+        specee_eagle * e = specee_eagle_init(ctx_tgt, draft_model, n_draft, n_threads);
+        if (e == nullptr) {
+            g_error = specee_last_error();
+            return nullptr;
+        }
+        auto * d = new specee_drafter();
+        d->eagle = e;
+        return d;
+    }
     const common_speculative_type t = common_speculative_type_from_name(type ? type : "");
     if (t == COMMON_SPECULATIVE_TYPE_COUNT || t == COMMON_SPECULATIVE_TYPE_NONE) {
-        g_error = std::string("unknown drafter '") + (type ? type : "") + "'; llama.cpp has: " + common_speculative_all_types_str();
+        g_error = std::string("unknown drafter '") + (type ? type : "") + "'; there are: eagle, " + common_speculative_all_types_str();
         return nullptr;
     }
     const bool needs_model = t == COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE;
@@ -58,7 +75,7 @@ specee_spec * specee_spec_init(llama_context * ctx_tgt, const char * type, llama
         g_error = "the draft length must be 1..64";
         return nullptr;
     }
-    auto * s = new specee_spec();
+    auto * s = new specee_drafter();
     s->tgt = ctx_tgt;
     s->n_draft = n_draft;
     s->n_batch = (int32_t) llama_n_batch(ctx_tgt);
@@ -98,22 +115,25 @@ specee_spec * specee_spec_init(llama_context * ctx_tgt, const char * type, llama
         if (g_error.empty()) {
             g_error = "llama.cpp could not set up the drafter";
         }
-        specee_spec_free(s);
+        specee_drafter_free(s);
         return nullptr;
     }
     return s;
 }
 
-void specee_spec_set_threads(specee_spec * s, int32_t n_threads) {
-    if (s != nullptr && s->dft != nullptr) {
+void specee_drafter_set_threads(specee_drafter * s, int32_t n_threads) {
+    if (s != nullptr && s->eagle != nullptr) {
+        specee_eagle_set_threads(s->eagle, n_threads);
+    } else if (s != nullptr && s->dft != nullptr) {
         llama_set_n_threads(s->dft, n_threads, n_threads);
     }
 }
 
-void specee_spec_free(specee_spec * s) {
+void specee_drafter_free(specee_drafter * s) {
     if (s == nullptr) {
         return;
     }
+    specee_eagle_free(s->eagle);
     if (s->spec) {
         common_speculative_free(s->spec);
     }
@@ -127,7 +147,7 @@ namespace {
 
 // Decode tokens at pos0.. on the target (outputs for every row, or the last only) and let the
 // drafter see them (draft-simple decodes them into its own context).
-bool decode(specee_spec * s, const llama_token * tokens, int32_t n, llama_pos pos0, bool all_outputs) {
+bool decode(specee_drafter * s, const llama_token * tokens, int32_t n, llama_pos pos0, bool all_outputs) {
     common_batch batch(s->tgt);
     for (int32_t i = 0; i < n; ++i) {
         batch.add(tokens[i], pos0 + i, 0, all_outputs || i == n - 1);
@@ -143,7 +163,7 @@ bool decode(specee_spec * s, const llama_token * tokens, int32_t n, llama_pos po
     return true;
 }
 
-void trim(specee_spec * s, llama_pos from) {
+void trim(specee_drafter * s, llama_pos from) {
     llama_memory_seq_rm(llama_get_memory(s->tgt), 0, from, -1);
     if (s->dft) {
         llama_memory_seq_rm(llama_get_memory(s->dft), 0, from, -1);
@@ -152,8 +172,15 @@ void trim(specee_spec * s, llama_pos from) {
 
 }  // namespace
 
-llama_token specee_spec_prefill(specee_spec * s, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
-                                llama_sampler * smpl) {
+llama_token specee_drafter_prefill(specee_drafter * s, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
+                                   llama_sampler * smpl) {
+    if (s->eagle != nullptr) {
+        const llama_token t = specee_eagle_prefill(s->eagle, tokens, n_tokens, n_keep, smpl);
+        if (t < 0) {
+            g_error = specee_last_error();
+        }
+        return t;
+    }
     if (n_tokens < 1 || n_tokens >= (int32_t) llama_n_ctx(s->tgt)) {
         g_error = "the prompt is empty or does not fit in the context";
         return -1;
@@ -172,7 +199,15 @@ llama_token specee_spec_prefill(specee_spec * s, const llama_token * tokens, int
     return s->id_last;
 }
 
-int32_t specee_spec_step(specee_spec * s, llama_sampler * smpl, llama_token * out, int32_t max_out, specee_spec_stats * stats) {
+int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_token * out, int32_t max_out,
+                            specee_drafter_stats * stats) {
+    if (s->eagle != nullptr) {
+        const int32_t n = specee_eagle_step(s->eagle, smpl, out, max_out, stats);
+        if (n < 0) {
+            g_error = specee_last_error();
+        }
+        return n;
+    }
     const int32_t n_past = (int32_t) s->prompt.size();
     const int32_t room = (int32_t) llama_n_ctx(s->tgt) - n_past - 1;
     if (room < 1 || max_out < 1) {
@@ -216,7 +251,7 @@ int32_t specee_spec_step(specee_spec * s, llama_sampler * smpl, llama_token * ou
     s->id_last = out[n_out - 1];
     const double t2 = now_ms();
 
-    specee_spec_stats & st = s->stats;
+    specee_drafter_stats & st = s->stats;
     st.n_steps += 1;
     st.n_drafted += k;
     st.n_accepted += n_accepted;
@@ -229,10 +264,13 @@ int32_t specee_spec_step(specee_spec * s, llama_sampler * smpl, llama_token * ou
     return n_out;
 }
 
-int32_t specee_spec_n_past(const specee_spec * s) {
-    return (int32_t) s->prompt.size();
+int32_t specee_drafter_n_past(const specee_drafter * s) {
+    return s->eagle != nullptr ? specee_eagle_n_past(s->eagle) : (int32_t) s->prompt.size();
 }
 
-void specee_spec_reset_stats(specee_spec * s) {
-    s->stats = specee_spec_stats{};
+void specee_drafter_reset_stats(specee_drafter * s) {
+    if (s->eagle != nullptr) {
+        specee_eagle_reset_stats(s->eagle);
+    }
+    s->stats = specee_drafter_stats{};
 }
