@@ -151,10 +151,14 @@ def cmake_args(gpu_backends: tuple[str, ...], dynamic: bool = True) -> list[str]
 X86_ISA_OPTIONS = {
     "sse4_2": "GGML_SSE42", "avx": "GGML_AVX", "avx2": "GGML_AVX2", "fma": "GGML_FMA", "f16c": "GGML_F16C",
     "bmi2": "GGML_BMI2", "avx_vnni": "GGML_AVX_VNNI", "avx512vbmi": "GGML_AVX512_VBMI",
-    "avx512_vnni": "GGML_AVX512_VNNI", "avx512_bf16": "GGML_AVX512_BF16", "amx_tile": "GGML_AMX_TILE",
-    "amx_int8": "GGML_AMX_INT8", "amx_bf16": "GGML_AMX_BF16",
+    "avx512_vnni": "GGML_AVX512_VNNI", "avx512_bf16": "GGML_AVX512_BF16",
 }  # fmt: skip
 AVX512_BASE = {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}
+# Never built, even on a CPU that has them (Xeon Sapphire Rapids and later; no laptop has AMX): the
+# AMX weights buffer runs batches through tile kernels that sum in another order than a one-row
+# decode (speculative decoding would stop being lossless), and on a Sapphire Rapids VM here its
+# first batch (an EAGLE head's) died of SIGILL at `tilezero` unless Mesa's LLVM had loaded first.
+X86_ISA_NEVER = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 
 
 def cpu_isa_args(dynamic: bool, portable: bool) -> list[str]:
@@ -173,7 +177,7 @@ def cpu_isa_args(dynamic: bool, portable: bool) -> list[str]:
     on = {opt for flag, opt in X86_ISA_OPTIONS.items() if flag in flags}
     if flags >= AVX512_BASE:
         on.add("GGML_AVX512")
-    options = sorted({*X86_ISA_OPTIONS.values(), "GGML_AVX512"})
+    options = sorted({*X86_ISA_OPTIONS.values(), "GGML_AVX512", *X86_ISA_NEVER})
     return ["-DGGML_NATIVE=OFF", *(f"-D{opt}={'ON' if opt in on else 'OFF'}" for opt in options)]
 
 
@@ -439,13 +443,22 @@ def build(upstream: bool = False, force: bool = False, install: bool = True) -> 
 
 SERVER_CMAKE_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
+    "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF",
 ]  # fmt: skip
+
+
+def server_cmake_args() -> list[str]:
+    """The peer's flags: upstream's defaults but for the CPU's instruction sets, which are ours (this
+    CPU's, named one by one, AMX never): the bench compares the engines, not the compilers' targets;
+    and upstream's -march=native build took AMX and crashed (SIGILL/SIGSEGV) on a Sapphire Rapids VM."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return [*SERVER_CMAKE_ARGS, "-DGGML_NATIVE=ON"]
+    return SERVER_CMAKE_ARGS + cpu_isa_args(dynamic=True, portable=False)
 
 
 def server_path() -> Path:
     """Where `--server` puts llama-server for this sdist, flags and CPU."""
-    h = hashlib.sha256("\0".join([SDIST_SHA256, *SERVER_CMAKE_ARGS, cpu_fingerprint()]).encode()).hexdigest()[:16]
+    h = hashlib.sha256("\0".join([SDIST_SHA256, *server_cmake_args(), cpu_fingerprint()]).encode()).hexdigest()[:16]
     return cache_root() / f"server-{h}" / "llama-server"
 
 
@@ -464,7 +477,7 @@ def build_server() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     jobs = str(os.cpu_count() or 2)
     steps = [
-        ["cmake", "-S", str(pristine / "vendor" / "llama.cpp"), "-B", str(build_dir), *SERVER_CMAKE_ARGS],
+        ["cmake", "-S", str(pristine / "vendor" / "llama.cpp"), "-B", str(build_dir), *server_cmake_args()],
         ["cmake", "--build", str(build_dir), "--target", "llama-server", "-j", jobs],
     ]
     with log_path.open("w") as log:
