@@ -421,7 +421,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     facts = facts_from_gguf(model_path)
     pack = find_pack(model_path)
     exits = exits_from_manifest(pack.manifest, facts.n_layer) if pack else None
-    profiles = [this_machine()]
+    profiles = [this_machine(measure=True)]
     if args.profile:
         profiles += [pr for pr in load_profiles() if args.profile == "all" or args.profile.lower() in pr.name.lower()]
     models = [(facts, exits)]

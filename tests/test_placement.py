@@ -129,8 +129,23 @@ def test_this_machines_bandwidth_is_measured_natively_and_cached(native_build: d
 
     gbs = native.lib().specee_measure_read_bandwidth(2, 64 << 20)
     assert 0.5 < gbs < 2000
-    hw = this_machine()
+    hw = this_machine(measure=True)
     assert hw.cpu_bw_measured and hw.cpu_bw_gbs == measure_cpu_bandwidth() > 0.5
+    assert this_machine().cpu_bw_measured  # later loads read the cached figure
+
+
+def test_a_first_start_without_a_gpu_does_not_wait_for_the_bandwidth_benchmark(
+    native_build: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The benchmark reads 1 GB five times (~1-2.5 s here, most of a first start's time to its first answer,
+    issue 23 item 18); with no GPU to split with, the plan is all-CPU whatever it finds."""
+    from engine.placement import machine
+
+    monkeypatch.setenv("SPECEE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(machine, "usable_gpus", lambda: ([], []))
+    monkeypatch.setattr(machine, "measure_cpu_bandwidth", lambda: pytest.fail("measured on a machine without a GPU"))
+    hw = machine.this_machine()
+    assert not hw.cpu_bw_measured and hw.cpu_bw_gbs == machine.DEFAULT_CPU_BW_GBS
 
 
 def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -19,19 +19,30 @@ def measure_cpu_bandwidth() -> float:
     single-threaded numpy sum measured 19 GB/s here where decode sustains ~38."""
     from engine import native
     from engine.atomic import write_text_atomic
+
+    key, path, cache = _bandwidth_cache()
+    if key not in cache:
+        cache[key] = round(native.lib().specee_measure_read_bandwidth(detect().physical_cores, 1 << 30), 1)
+        write_text_atomic(path, json.dumps(cache))
+    return float(cache[key])
+
+
+def cached_cpu_bandwidth() -> float | None:
+    """measure_cpu_bandwidth's figure if it was measured on this machine before, else None."""
+    key, _path, cache = _bandwidth_cache()
+    return float(cache[key]) if key in cache else None
+
+
+def _bandwidth_cache():  # type: ignore[no-untyped-def]
     from engine.paths import cache_dir
 
     hw = detect()
-    key = f"{hw.cpu_model}|{hw.ram_total_gb}|{hw.physical_cores}"
     path = cache_dir() / "cpu-bandwidth.json"
     try:
         cache = json.loads(path.read_text())
     except (OSError, ValueError):
         cache = {}
-    if key not in cache:
-        cache[key] = round(native.lib().specee_measure_read_bandwidth(hw.physical_cores, 1 << 30), 1)
-        write_text_atomic(path, json.dumps(cache))
-    return float(cache[key])
+    return f"{hw.cpu_model}|{hw.ram_total_gb}|{hw.physical_cores}", path, cache
 
 
 def devices() -> list[dict]:
@@ -98,7 +109,11 @@ def backend_report() -> dict:
     return {"backends": found, "devices": devices(), "gpu": chosen, "why_no_gpu": [] if chosen else why}
 
 
-def this_machine() -> HardwareProfile:
+def this_machine(measure: bool = False) -> HardwareProfile:
+    """measure: run the CPU bandwidth benchmark if it never ran here (doctor, bench). Without it a
+    load measures only when a usable GPU is found: the bandwidth weighs a CPU/GPU split; with no GPU
+    it feeds only the speed prediction, which is not worth ~1 s of a first start (the default
+    figure stands in until something measures)."""
     hw = detect()
     gpu = None
     usable = usable_gpus()[0]
@@ -106,10 +121,16 @@ def this_machine() -> HardwareProfile:
         d = usable[0]
         gpu = Gpu(d["description"] or d["name"], d["backend"], d["memory_total"] / 1e9, d["memory_free"] / 1e9,
                   bw_gbs=200.0 if d["type"] == "gpu" else 60.0, unified=d["type"] == "igpu")  # fmt: skip
-    try:
-        bw, measured = measure_cpu_bandwidth(), True
-    except (MemoryError, OSError):
+    cached = cached_cpu_bandwidth()
+    if cached is not None:
+        bw, measured = cached, True
+    elif gpu is None and not measure:
         bw, measured = DEFAULT_CPU_BW_GBS, False
+    else:
+        try:
+            bw, measured = measure_cpu_bandwidth(), True
+        except (MemoryError, OSError):
+            bw, measured = DEFAULT_CPU_BW_GBS, False
     return HardwareProfile(f"this machine ({hw.cpu_model})", hw.ram_total_gb, hw.ram_available_gb, bw,
                            hw.physical_cores, gpu, cpu_bw_measured=measured)  # fmt: skip
 
