@@ -46,6 +46,12 @@ ERROR_TITLES: dict[str, str] = {
 }
 
 
+def message_version(m: dict) -> tuple[int, int]:
+    """Which version a message is among those at its place, and how many there are: (2, 3) reads "2/3"."""
+    versions = m.get("versions") or []
+    return (versions.index(m.get("id")) + 1, len(versions)) if m.get("id") in versions else (1, 1)
+
+
 @dataclass
 class ChatSession:
     store: ConversationStore | None = None  # None: in memory only (a store of its own in memory)
@@ -142,9 +148,7 @@ class ChatSession:
 
     def version(self, index: int) -> tuple[int, int]:
         """Which version messages[index] is and how many there are: (2, 3) reads "2/3"."""
-        m = self.messages[index]
-        versions = m.get("versions") or [m.get("id")]
-        return (versions.index(m["id"]) + 1 if m.get("id") in versions else 1), len(versions)
+        return message_version(self.messages[index])
 
     def show_version(self, index: int, step: int) -> bool:
         """Page messages[index] to its previous (-1) or next (+1) version; the branch that follows
