@@ -145,6 +145,8 @@ class MessageCard(QFrame):
         if content != self.content:
             self.content = content
             self._set_segments(message_segments(content) or [Segment("text", "…")])
+            if self.actions is not None:
+                self.actions.copy_button.setText("Copy")  # another message (or more of it) since the last copy
         if footer != self.footer_lines:
             self.footer_lines = footer
             self.footer.setText("   ·   ".join(footer))

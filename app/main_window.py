@@ -375,7 +375,9 @@ class MainWindow(QMainWindow):
         """Continue after the engine stopped: restart it (the answer goes on once the model is back)."""
         if self.restart_button.isVisible():
             self.start_engine()
-        self.status.say("Starting the engine again to continue the answer…")
+            self.status.say("Restarting the engine to continue the answer…")
+        else:
+            self.status.say("The answer goes on once the model has loaded…")
 
     def _on_serve_failed(self, why: str) -> None:
         # the status bar, not the chat: a server that fails to start must not interrupt an answer

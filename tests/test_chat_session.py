@@ -154,7 +154,11 @@ def test_a_cut_or_stopped_answer_can_be_continued_after_reopening(tmp_path: Path
     assert reopened.open(chat.conv_id) and reopened.can_continue  # type: ignore[arg-type]
     assert reopened.messages[-1]["finish"] == "length"
     more = reopened.continue_answer()
-    assert more is not None and more.continue_answer
+    assert more is not None and more.continue_answer and not reopened.can_continue
+    reopened.abandon(more)  # it could not be sent: still cut, still to be continued
+    assert reopened.can_continue and _texts(reopened) == ["Tell a story", "Once upon"]
+    more = reopened.continue_answer()
+    assert more is not None
     _stream(reopened, more, [" a", " time"])
     assert not reopened.can_continue and store.get(chat.conv_id).messages[-1].finish == "stop"  # type: ignore[arg-type]
     _stream(reopened, reopened.send("Another"), ["Two"], finish="cancelled")  # type: ignore[arg-type]

@@ -77,6 +77,8 @@ def message_footer(m: dict) -> list[str]:
         lines.append("[stopped: Continue writes more]")
     elif m.get("finish") == "length":
         lines.append("[cut at the length limit: Continue writes more]")
+    elif m.get("finish") == "context_full":
+        lines.append("[stopped: the context is full]")
     return lines
 
 

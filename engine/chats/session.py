@@ -241,7 +241,7 @@ class ChatSession:
             self.request_id = ""
             if not sent.continue_answer and self.messages and self.messages[-1]["role"] == "assistant":
                 self._store.truncate_from(self.conv_id or "", self.messages[-1]["id"])
-                self._show_branch()
+            self._show_branch()  # a continued answer is as stored: cut, stopped or interrupted still
 
     @property
     def _store(self) -> ConversationStore:
