@@ -212,7 +212,7 @@ class ChatPanel(QWidget):
         messages = self.chat.messages
         has_answer = bool(messages) and messages[-1]["role"] == "assistant"
         has_question = any(m["role"] == "user" for m in messages)
-        editing = self.chat.editing is not None
+        editing = next((m["content"] for m in messages if m.get("id") == self.chat.editing), "") if self.chat.editing else ""
         self.composer.set_state(busy, self.loaded, has_answer, has_question, self.chat.can_continue, editing)
         if self.view.idle == busy:  # the cards' Edit and version pager follow
             self.view.idle = not busy

@@ -110,16 +110,20 @@ class Composer(QWidget):
         col.addWidget(box)
 
     def set_state(
-        self, busy: bool, loaded: bool, has_answer: bool, has_question: bool, can_continue: bool = False, editing: bool = False
+        self, busy: bool, loaded: bool, has_answer: bool, has_question: bool, can_continue: bool = False, editing: str = ""
     ) -> None:
         """Which actions apply now: an answer streams (busy), a model answers (loaded), the chat ends
-        with an answer, the chat has a question to edit, the last answer can go on, a question is
-        being edited."""
+        with an answer, the chat has a question to edit, the last answer can go on, the question
+        being edited (its text as it stands in the chat; "" when none is)."""
         idle = not busy and loaded
         self.stop_button.setEnabled(busy)
         self.send_button.setEnabled(idle)
-        self.send_button.setText("Send edit" if editing else "Send")
+        self.send_button.setText("Send edit" if editing else "Send")  # the accessible name stays "Send"
         self.regen_button.setEnabled(idle and has_answer)
         self.edit_button.setEnabled(not busy and has_question)
         self.continue_button.setVisible(not busy and can_continue)  # a stopped engine restarts to continue
-        self.edit_row.setVisible(editing)
+        if editing:
+            short = " ".join(editing.split())
+            short = short if len(short) <= 48 else short[:47] + "…"
+            self.edit_note.setText(f"Editing “{short}”: Send branches the chat there; the current version is kept.")
+        self.edit_row.setVisible(bool(editing))
