@@ -70,9 +70,9 @@ class ChatPanel(QWidget):
         self.composer.input.setFocus()
         return True
 
-    def open_conversation(self, conv_id: str) -> bool:
+    def open_conversation(self, conv_id: str, match: str = "") -> bool:
         editing = self.chat.editing is not None
-        if not self.chat.open(conv_id):
+        if not self.chat.open(conv_id, match):
             self.refused.emit("Stop the answer (Esc) or let it finish to switch chats")
             return False
         self._drop_edit_draft(editing)

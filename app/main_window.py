@@ -313,7 +313,7 @@ class MainWindow(QMainWindow):
     def open_conversation(self, conv_id: str) -> None:
         if conv_id == self.conv_id:
             return
-        if self.panel.open_conversation(conv_id):
+        if self.panel.open_conversation(conv_id, self.sidebar.search.text()):  # a search hit's branch shows
             self.context_label.setText("")
         else:  # keep the streaming chat selected: another one highlighted would be a lie
             self.sidebar.select(self.conv_id or "")

@@ -114,6 +114,20 @@ def test_any_question_can_be_edited_and_the_old_branch_stays(qtbot, window: Main
     assert window.view.cards[1].actions is not None and not window.view.cards[1].actions.edit_button.isVisible()
 
 
+def test_a_search_hit_on_an_older_version_opens_that_branch(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    ask(qtbot, window, "Name a red fruit.")
+    conv_id = window.conv_id
+    qtbot.mouseClick(window.edit_button, LEFT)
+    window.input.setPlainText("Name a blue animal.")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not window.request_id, timeout=120_000)
+    window.new_conversation()
+    window.sidebar.search.setText("red fruit")  # only the older version says it
+    window.sidebar.select(conv_id)
+    assert window.conv_id == conv_id and texts(window)[0] == "Name a red fruit."
+    assert window.view.cards[0].actions.version_label.text() == "1/2"  # type: ignore[union-attr]
+
+
 def test_regenerations_are_versions_to_page_through(qtbot, window: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
     ask(qtbot, window, "Say hello.")
     first_id = window.messages[1]["id"]

@@ -181,6 +181,9 @@ def test_edits_and_regenerations_are_versions_and_every_branch_stays(tmp_path: P
         again.append(c.id, "user", "x", parent=a2)  # gone
     md = again.export_markdown(c.id)
     assert "A2 again" in md and "B1" not in md  # exports hold the branch shown
+    assert not again.select_match(c.id, "again") and not again.select_match(c.id, "nowhere")
+    assert again.select_match(c.id, "B1") and _texts(again, c.id) == ["Q1 edited", "B1"]  # a search hit's branch
+    assert not again.select_match(c.id, "edited")  # already shown
 
 
 # The schema as version 2 wrote it (messages by position, no branches), with rows as it appended them.

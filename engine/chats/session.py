@@ -120,9 +120,12 @@ class ChatSession:
         self.system_prompt = ""
         return True
 
-    def open(self, conv_id: str) -> bool:
+    def open(self, conv_id: str, match: str = "") -> bool:
+        """Show a conversation (match: the search that found it; the branch holding a hit shows)."""
         if self.streaming or self.store is None:
             return False
+        if match:
+            self.store.select_match(conv_id, match)
         conv = self.store.get(conv_id)
         self.conv_id, self.system_prompt, self.settings = conv.id, conv.system_prompt, conv.settings
         self.notices, self.editing = [], None

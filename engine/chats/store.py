@@ -312,16 +312,34 @@ class ConversationStore:
 
     def search(self, query: str) -> list[tuple[str, str]]:
         """(conversation id, snippet) of messages matching the words of query, best first."""
-        words = [w for w in query.replace('"', " ").split() if w]
-        if not words:
+        fts = _fts_query(query)
+        if not fts:
             return []
-        fts = " ".join(f'"{w}"*' for w in words)
         rows = self.db.execute(
             "SELECT m.conversation_id, snippet(messages_fts, 0, '[', ']', '…', 8) FROM messages_fts"
             " JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH ? ORDER BY rank LIMIT 50",
             (fts,),
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    def select_match(self, conv_id: str, query: str) -> bool:
+        """Opening a search result: when the branch shown holds none of the hits (they are on an
+        older version), show the best hit's branch. Whether the branch shown changed."""
+        fts = _fts_query(query)
+        if not fts:
+            return False
+        hits = [
+            r[0]
+            for r in self.db.execute(
+                "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+                " WHERE messages_fts MATCH ? AND m.conversation_id = ? ORDER BY rank",
+                (fts, conv_id),
+            )
+        ]
+        if not hits or {m.id for m in self.get(conv_id).messages} & set(hits):
+            return False
+        self.select(conv_id, hits[0])
+        return True
 
     # -- export / import ------------------------------------------------------------------------
 
@@ -363,3 +381,8 @@ class ConversationStore:
         for role, content, stats, engine in messages:
             self.append(conv.id, role, content, True, stats, engine)
         return self.get(conv.id)
+
+
+def _fts_query(query: str) -> str:
+    """query's words as an FTS5 query of prefixes ("" when it has none)."""
+    return " ".join(f'"{w}"*' for w in query.replace('"', " ").split() if w)
