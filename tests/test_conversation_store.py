@@ -184,6 +184,14 @@ def test_edits_and_regenerations_are_versions_and_every_branch_stays(tmp_path: P
     assert not again.select_match(c.id, "again") and not again.select_match(c.id, "nowhere")
     assert again.select_match(c.id, "B1") and _texts(again, c.id) == ["Q1 edited", "B1"]  # a search hit's branch
     assert not again.select_match(c.id, "edited")  # already shown
+    copy = again.import_json(again.export_json(c.id))  # every version travels, the branch shown too
+    assert [m.content for m in copy.messages] == ["Q1 edited", "B1"] and len(copy.messages[0].versions) == 2
+    again.select(copy.id, copy.messages[0].versions[0])
+    assert _texts(again, copy.id) == ["Q1", "A1", "Q2", "A2 again"]
+    assert again.get(copy.id).messages[-1].finish == "" and len(again.get(copy.id).messages[-1].versions) == 1
+    with pytest.raises(StoreError, match="cannot import"):
+        bad_tree = [{"role": "user", "content": "x", "parent": 3}]  # a parent that does not come before it
+        again.import_json(json.dumps({"format": "specee-chat-conversation", "messages": [], "tree": bad_tree}))
 
 
 # The schema as version 2 wrote it (messages by position, no branches), with rows as it appended them.

@@ -344,15 +344,29 @@ class ConversationStore:
     # -- export / import ------------------------------------------------------------------------
 
     def export_json(self, conv_id: str) -> str:
+        """The conversation as JSON: "messages" is the branch shown (what any reader of version 1
+        imports), "tree" every message with its parent's index in it, so importing here keeps every
+        version, and "leaf" the index of the branch shown's last message."""
         c = self.get(conv_id)
+        rows = self.db.execute(
+            "SELECT id, role, content, stats, engine, finish, parent_id FROM messages WHERE conversation_id = ? ORDER BY id",
+            (conv_id,),
+        ).fetchall()
+        index = {r[0]: i for i, r in enumerate(rows)}
+        tree = [
+            {"role": r[1], "content": r[2], "stats": json.loads(r[3]), "engine": r[4], "finish": r[5], "parent": index.get(r[6])}
+            for r in rows
+        ]
         return json.dumps(
             {
                 "format": "specee-chat-conversation",
-                "version": 1,
+                "version": 2,
                 "title": c.title,
                 "system_prompt": c.system_prompt,
                 "settings": c.settings,
                 "messages": [{"role": m.role, "content": m.content, "stats": m.stats, "engine": m.engine} for m in c.messages],
+                "tree": tree,
+                "leaf": index.get(c.messages[-1].id) if c.messages else None,
             },
             indent=1,
             ensure_ascii=False,
@@ -372,15 +386,41 @@ class ConversationStore:
             data = json.loads(text)
             if data.get("format") != "specee-chat-conversation":
                 raise ValueError("not a SpecEE Chat conversation export")
+            tree = data.get("tree")  # version 2: every version; version 1: "messages", one branch
+            items = tree if isinstance(tree, list) else data["messages"]
             messages = [
-                (str(m["role"]), str(m["content"]), dict(m.get("stats", {})), str(m.get("engine", ""))) for m in data["messages"]
+                (
+                    str(m["role"]),
+                    str(m["content"]),
+                    dict(m.get("stats", {})),
+                    str(m.get("engine", "")),
+                    str(m.get("finish", "")),
+                    _parent_index(m, i) if isinstance(tree, list) else i - 1,
+                )
+                for i, m in enumerate(items)
             ]
+            leaf = data.get("leaf") if isinstance(tree, list) else len(messages) - 1
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"cannot import this file: {exc}") from None
         conv = self.create(str(data.get("title") or "Imported chat"), str(data.get("system_prompt", "")), data.get("settings"))
-        for role, content, stats, engine in messages:
-            self.append(conv.id, role, content, True, stats, engine)
+        ids: list[int] = []
+        for role, content, stats, engine, finish, parent in messages:
+            ids.append(self.append(conv.id, role, content, True, stats, engine, parent=ids[parent] if parent >= 0 else None))
+            if finish:
+                self.update_message(ids[-1], content, True, finish=finish)
+        if ids:
+            self.select(conv.id, ids[leaf] if isinstance(leaf, int) and 0 <= leaf < len(ids) else ids[-1])
         return self.get(conv.id)
+
+
+def _parent_index(m: dict, i: int) -> int:
+    """An exported message's parent: an earlier message's index, or -1 for a first message."""
+    parent = m.get("parent")
+    if parent is None:
+        return -1
+    if not isinstance(parent, int) or not 0 <= parent < i:
+        raise ValueError(f"message {i} names a parent ({parent!r}) that does not come before it")
+    return parent
 
 
 def _fts_query(query: str) -> str:
