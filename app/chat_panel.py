@@ -206,7 +206,8 @@ class ChatPanel(QWidget):
         self.render()
 
     def render(self) -> None:
-        self.view.show_conversation(self.chat.messages, self.chat.notices, EMPTY_HINT)
+        notices = [n for n in self.chat.notices if n != "[stopped]"]  # the answer's footer says it, and stays
+        self.view.show_conversation(self.chat.messages, notices, EMPTY_HINT)
 
     def set_busy(self, busy: bool) -> None:
         messages = self.chat.messages
