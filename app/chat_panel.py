@@ -29,7 +29,7 @@ class ChatPanel(QWidget):
         self.chat = chat
         self._send = send
         self.loaded = False  # a model answers: requests may go out
-        self.pending_continue = False  # Continue asked while no model answered: it runs once one does
+        self.pending_continue: tuple = ()  # (chat, answer) Continue was asked for while no model answered
         self.view = ChatView()
         self.composer = Composer()
         col = QVBoxLayout(self)
@@ -118,17 +118,21 @@ class ChatPanel(QWidget):
         if not self.chat.can_continue:
             return
         if not self.loaded:
-            self.pending_continue = True
+            self.pending_continue = self._last_answer()
             self.engine_wanted.emit()
             return
-        self.pending_continue = False
+        self.pending_continue = ()
         if self._request(self.chat.continue_answer()):
             self.started.emit(False)
 
     def engine_ready(self) -> None:
-        """A model answers now: a Continue asked while none did goes on."""
-        if self.pending_continue:
+        """A model answers now: a Continue asked while none did goes on (if that answer is still shown)."""
+        if self.pending_continue and self.pending_continue == self._last_answer():
             self.continue_answer()
+        self.pending_continue = ()
+
+    def _last_answer(self) -> tuple:
+        return (self.chat.conv_id, self.chat.messages[-1].get("id")) if self.chat.messages else ()
 
     def regenerate(self) -> None:
         if self.loaded and self._request(self.chat.regenerate()):
@@ -201,7 +205,7 @@ class ChatPanel(QWidget):
         if self.chat.restored_question:
             self.composer.input.setPlainText(self.chat.restored_question)  # nothing typed is lost
             self.chat.restored_question = ""
-        self.pending_continue = False
+        self.pending_continue = ()
         self.set_busy(False)
         self.render()
 
