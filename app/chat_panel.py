@@ -139,9 +139,12 @@ class ChatPanel(QWidget):
             self.started.emit(False)
 
     def stop_answer(self) -> None:
+        """Esc: stop the answer that streams; with none, leave an edit (nothing was changed)."""
         cancel = self.chat.cancel()
         if cancel:
             self._send(cancel)
+        elif self.chat.editing is not None:
+            self.cancel_edit()
 
     def edit_last(self) -> None:
         self.edit(None)

@@ -78,6 +78,7 @@ class Composer(QWidget):
         self.edit_note.setObjectName("editNote")
         self.edit_note.setWordWrap(True)
         self.cancel_edit_button = button("Cancel edit")
+        self.cancel_edit_button.setToolTip("Leave the question as it is (Esc)")
         self.edit_row = QWidget()
         edit_row = QHBoxLayout(self.edit_row)
         edit_row.setContentsMargins(0, 0, 0, 0)

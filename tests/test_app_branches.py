@@ -78,6 +78,9 @@ def test_edit_last_deletes_nothing_until_the_edit_is_sent(qtbot, window: MainWin
     qtbot.mouseClick(window.composer.cancel_edit_button, LEFT)
     assert window.input.toPlainText() == "" and not window.composer.edit_row.isVisible()
     qtbot.mouseClick(window.edit_button, LEFT)
+    qtbot.keyClick(window.input, Qt.Key.Key_Escape)  # Esc leaves an edit too (with no answer to stop)
+    assert window.input.toPlainText() == "" and not window.composer.edit_row.isVisible()
+    qtbot.mouseClick(window.edit_button, LEFT)
     window.input.setPlainText("Name a green fruit.")
     qtbot.keyClick(window.input, Qt.Key.Key_Return)  # the edit is sent: the chat branches there
     qtbot.waitUntil(lambda: not window.request_id, timeout=120_000)
