@@ -21,6 +21,7 @@ EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N star
 class ChatPanel(QWidget):
     started = Signal(bool)  # a request went out; True: it opened a new conversation
     refused = Signal(str)  # why a chat cannot be left now (an answer streams)
+    engine_wanted = Signal()  # Continue was asked while the engine is down: (re)start it, the answer goes on after
 
     def __init__(self, chat: ChatSession, send: Callable[[p.Message], bool], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -28,6 +29,7 @@ class ChatPanel(QWidget):
         self.chat = chat
         self._send = send
         self.loaded = False  # a model answers: requests may go out
+        self.pending_continue: tuple = ()  # (chat, answer) Continue was asked for while no model answered
         self.view = ChatView()
         self.composer = Composer()
         col = QVBoxLayout(self)
@@ -45,6 +47,7 @@ class ChatPanel(QWidget):
             (c.stop_button.clicked, self.stop_answer), (c.regen_button.clicked, self.regenerate),
             (c.edit_button.clicked, self.edit_last), (c.copy_button.clicked, self.copy_answer),
             (c.continue_button.clicked, self.continue_answer), (c.preset.currentTextChanged, self._on_preset),
+            (c.cancel_edit_button.clicked, self.cancel_edit), (self.view.action, self._on_card_action),
             (c.system_edit.editingFinished, lambda: self.chat.set_system_prompt(c.system_edit.text())),
             (c.system_edit.textChanged, lambda text: setattr(self.chat, "system_prompt", text.strip())),
         ):  # fmt: skip
@@ -55,22 +58,24 @@ class ChatPanel(QWidget):
     # -- conversations --------------------------------------------------------------------------------
 
     def new_conversation(self) -> bool:
+        editing = self.chat.editing is not None
         if not self.chat.new():
             self.refused.emit("Stop the answer (Esc) or let it finish to start a new chat")
             return False
+        self._drop_edit_draft(editing)
         self.chat.settings = {"preset": self.composer.preset.currentText()}
-        self.composer.continue_button.setVisible(False)
         self.composer.system_edit.clear()
         self.set_busy(False)
         self.render()
         self.composer.input.setFocus()
         return True
 
-    def open_conversation(self, conv_id: str) -> bool:
-        if not self.chat.open(conv_id):
+    def open_conversation(self, conv_id: str, match: str = "") -> bool:
+        editing = self.chat.editing is not None
+        if not self.chat.open(conv_id, match):
             self.refused.emit("Stop the answer (Esc) or let it finish to switch chats")
             return False
-        self.composer.continue_button.setVisible(self.chat.can_continue)
+        self._drop_edit_draft(editing)
         self.composer.system_edit.setText(self.chat.system_prompt)
         preset = self.chat.settings.get("preset")
         if preset in PRESETS:
@@ -100,41 +105,88 @@ class ChatPanel(QWidget):
             return False
         if not self._send(gen):
             self.chat.abandon(gen)
+            self.set_busy(False)
+            self.render()
             return False
-        self.composer.continue_button.setVisible(False)
         self.set_busy(True)
         self.render()
         return True
 
     def continue_answer(self) -> None:
-        """Generate more of the last answer (cut at the length limit or interrupted), in place."""
-        if self.loaded and self._request(self.chat.continue_answer()):
+        """Generate more of the last answer (cut at the length limit, stopped or interrupted), in
+        place. With no engine answering (it crashed), it is started and the answer goes on then."""
+        if not self.chat.can_continue:
+            return
+        if not self.loaded:
+            self.pending_continue = self._last_answer()
+            self.engine_wanted.emit()
+            return
+        self.pending_continue = ()
+        if self._request(self.chat.continue_answer()):
             self.started.emit(False)
+
+    def engine_ready(self) -> None:
+        """A model answers now: a Continue asked while none did goes on (if that answer is still shown)."""
+        if self.pending_continue and self.pending_continue == self._last_answer():
+            self.continue_answer()
+        self.pending_continue = ()
+
+    def _last_answer(self) -> tuple:
+        return (self.chat.conv_id, self.chat.messages[-1].get("id")) if self.chat.messages else ()
 
     def regenerate(self) -> None:
         if self.loaded and self._request(self.chat.regenerate()):
             self.started.emit(False)
 
     def stop_answer(self) -> None:
+        """Esc: stop the answer that streams; with none, leave an edit (nothing was changed)."""
         cancel = self.chat.cancel()
         if cancel:
             self._send(cancel)
+        elif self.chat.editing is not None:
+            self.cancel_edit()
 
     def edit_last(self) -> None:
-        """Put the last question back into the message box; it and what followed are removed."""
-        text = self.chat.edit_last()
+        self.edit(None)
+
+    def edit(self, index: int | None) -> None:
+        """Put a question (None: the last) into the message box to edit; nothing changes until the
+        edit is sent, which branches the chat there and keeps the current version."""
+        text = self.chat.begin_edit(index)
         if text is None:
             return
         self.composer.input.setPlainText(text)
-        self.composer.continue_button.setVisible(False)
         self.set_busy(False)
-        self.render()
         self.composer.input.setFocus()
+
+    def cancel_edit(self) -> None:
+        self._drop_edit_draft(self.chat.editing is not None)
+        self.chat.cancel_edit()
+        self.set_busy(False)
+
+    def _drop_edit_draft(self, editing: bool) -> None:
+        """An edit's text stays with its chat: it does not follow into another one."""
+        if editing:
+            self.composer.input.clear()
 
     def copy_answer(self) -> None:
         answers = [m["content"] for m in self.chat.messages if m["role"] == "assistant"]
         if answers:
             QApplication.clipboard().setText(answers[-1])
+
+    def _on_card_action(self, kind: str, index: int, step: int) -> None:
+        if not 0 <= index < len(self.chat.messages):
+            return
+        if kind == "copy":
+            QApplication.clipboard().setText(self.chat.messages[index]["content"])
+        elif kind == "edit":
+            self.edit(index)
+        elif kind == "page":
+            editing = self.chat.editing is not None
+            if self.chat.show_version(index, step):
+                self._drop_edit_draft(editing)
+                self.set_busy(False)
+                self.render()
 
     # -- what the engine says -------------------------------------------------------------------------
 
@@ -146,7 +198,6 @@ class ChatPanel(QWidget):
         elif changed == "notice":
             self.render()
         elif changed == "done":
-            self.composer.continue_button.setVisible(self.chat.can_continue)
             self.set_busy(False)
             self.render()
         return changed
@@ -157,14 +208,20 @@ class ChatPanel(QWidget):
         if self.chat.restored_question:
             self.composer.input.setPlainText(self.chat.restored_question)  # nothing typed is lost
             self.chat.restored_question = ""
-        self.composer.continue_button.setVisible(self.chat.can_continue)
+        self.pending_continue = ()
         self.set_busy(False)
         self.render()
 
     def render(self) -> None:
-        self.view.show_conversation(self.chat.messages, self.chat.notices, EMPTY_HINT)
+        notices = [n for n in self.chat.notices if n != "[stopped]"]  # the answer's footer says it, and stays
+        self.view.show_conversation(self.chat.messages, notices, EMPTY_HINT)
 
     def set_busy(self, busy: bool) -> None:
         messages = self.chat.messages
         has_answer = bool(messages) and messages[-1]["role"] == "assistant"
-        self.composer.set_state(busy, self.loaded, has_answer, any(m["role"] == "user" for m in messages))
+        has_question = any(m["role"] == "user" for m in messages)
+        editing = next((m["content"] for m in messages if m.get("id") == self.chat.editing), "") if self.chat.editing else ""
+        self.composer.set_state(busy, self.loaded, has_answer, has_question, self.chat.can_continue, editing)
+        if self.view.idle == busy:  # the cards' Edit and version pager follow
+            self.view.idle = not busy
+            self.render()

@@ -5,7 +5,7 @@ reader's scroll position is kept unless they were following the end."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QFontDatabase, QTextBlockFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QApplication,
@@ -19,7 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.message_actions import MessageActions
 from engine.chats.render import Segment, highlight_code, message_footer, message_segments
+from engine.chats.session import message_version
 
 READING_WIDTH = 820  # px: a comfortable line length for prose; the column stays centred
 ROLES = {"user": ("You", "Y"), "assistant": ("Assistant", "A"), "system": ("System", "S")}
@@ -117,11 +119,16 @@ class MessageCard(QFrame):
         head.addWidget(avatar)
         head.addWidget(self.role_label)
         head.addStretch()
+        # a question's or an answer's own actions: its versions, Edit (questions), Copy
+        self.actions = MessageActions(role) if role in ("user", "assistant") else None
+        if self.actions is not None:
+            head.addWidget(self.actions)
         self.body = QVBoxLayout()
         self.body.setContentsMargins(0 if role in ("notice", "error") else 34, 0, 0, 0)
         self.body.setSpacing(8)
         self.footer = QLabel()
         self.footer.setObjectName("cardFooter")
+        self.footer.setWordWrap(True)  # a long model name and a mark must not widen the card past the view
         self.footer.setVisible(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 12, 16, 12)
@@ -138,6 +145,8 @@ class MessageCard(QFrame):
         if content != self.content:
             self.content = content
             self._set_segments(message_segments(content) or [Segment("text", "…")])
+            if self.actions is not None:
+                self.actions.copy_button.setText("Copy")  # another message (or more of it) since the last copy
         if footer != self.footer_lines:
             self.footer_lines = footer
             self.footer.setText("   ·   ".join(footer))
@@ -197,6 +206,9 @@ class MessageCard(QFrame):
 class ChatView(QScrollArea):
     """The scrolling column of message cards (and notices, or a hint when the chat is empty)."""
 
+    # a card's action: ("copy" | "edit" | "page", the message's index, the page step or 0)
+    action = Signal(str, int, int)
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("chatScroll")
@@ -205,6 +217,7 @@ class ChatView(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.dark = False
+        self.idle = True  # no answer streams: the cards' Edit and version pager may act
         self.cards: list[MessageCard] = []
         canvas = QWidget()
         canvas.setObjectName("chatCanvas")
@@ -239,10 +252,13 @@ class ChatView(QScrollArea):
                 self._drop_cards_from(i)
             if i == len(self.cards):
                 card = MessageCard(role, self.dark)
+                self._connect(card, i)
                 self.cards.append(card)
                 self.column.insertWidget(self.column.count() - 1, card)
                 card.show()  # now, not at the next event loop turn: the layout counts only shown widgets
             self.cards[i].set_message(content, footer)
+            if self.cards[i].actions is not None:
+                self.cards[i].actions.set_version(*message_version(messages[i]), idle=self.idle)
         self._drop_cards_from(len(items))
         self.hint.setText(hint if not items else "")
         self.hint.setVisible(not items and bool(hint))
@@ -253,6 +269,12 @@ class ChatView(QScrollArea):
         self.dark = dark
         for card in self.cards:
             card.set_dark(dark)
+
+    def _connect(self, card: MessageCard, i: int) -> None:
+        if card.actions is not None:
+            card.actions.copy_requested.connect(lambda: self.action.emit("copy", i, 0))
+            card.actions.edit_requested.connect(lambda: self.action.emit("edit", i, 0))
+            card.actions.page_requested.connect(lambda step: self.action.emit("page", i, step))
 
     def _drop_cards_from(self, i: int) -> None:
         for card in self.cards[i:]:

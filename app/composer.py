@@ -1,4 +1,5 @@
 """The composer under the chat: the answer's actions (Continue, Regenerate, Edit last, Copy answer),
+a note while a question is edited (with Cancel edit),
 the chat's system prompt and sampling preset, the message box (Enter sends, Shift+Enter adds a line)
 and Send/Stop. It only draws and says what was asked; the window acts on it."""
 
@@ -10,6 +11,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
@@ -69,8 +71,20 @@ class Composer(QWidget):
         self.edit_button = button("Edit last")
         self.copy_button = button("Copy answer")
         self.continue_button = button("Continue", "primary")
-        self.continue_button.setToolTip("The answer stopped at the length limit: generate more of it")
+        self.continue_button.setToolTip("The answer was cut at the length limit, stopped or interrupted: write more of it")
         self.continue_button.setVisible(False)
+        # while a question is edited: what sending will do, and the way out (nothing changed yet)
+        self.edit_note = QLabel("Editing a question: Send branches the chat there; the current version is kept.")
+        self.edit_note.setObjectName("editNote")
+        self.edit_note.setWordWrap(True)
+        self.cancel_edit_button = button("Cancel edit")
+        self.cancel_edit_button.setToolTip("Leave the question as it is (Esc)")
+        self.edit_row = QWidget()
+        edit_row = QHBoxLayout(self.edit_row)
+        edit_row.setContentsMargins(0, 0, 0, 0)
+        edit_row.addWidget(self.edit_note, 1)
+        edit_row.addWidget(self.cancel_edit_button)
+        self.edit_row.setVisible(False)
 
         actions = QHBoxLayout()
         actions.setSpacing(6)
@@ -93,13 +107,24 @@ class Composer(QWidget):
         col.setContentsMargins(20, 8, 20, 12)
         col.setSpacing(8)
         col.addLayout(actions)
+        col.addWidget(self.edit_row)
         col.addWidget(box)
 
-    def set_state(self, busy: bool, loaded: bool, has_answer: bool, has_question: bool) -> None:
+    def set_state(
+        self, busy: bool, loaded: bool, has_answer: bool, has_question: bool, can_continue: bool = False, editing: str = ""
+    ) -> None:
         """Which actions apply now: an answer streams (busy), a model answers (loaded), the chat ends
-        with an answer, the chat has a question to edit."""
+        with an answer, the chat has a question to edit, the last answer can go on, the question
+        being edited (its text as it stands in the chat; "" when none is)."""
         idle = not busy and loaded
         self.stop_button.setEnabled(busy)
         self.send_button.setEnabled(idle)
+        self.send_button.setText("Send edit" if editing else "Send")  # the accessible name stays "Send"
         self.regen_button.setEnabled(idle and has_answer)
         self.edit_button.setEnabled(not busy and has_question)
+        self.continue_button.setVisible(not busy and can_continue)  # a stopped engine restarts to continue
+        if editing:
+            short = " ".join(editing.split())
+            short = short if len(short) <= 48 else short[:47] + "…"
+            self.edit_note.setText(f"Editing “{short}”: Send branches the chat there; the current version is kept.")
+        self.edit_row.setVisible(bool(editing))

@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         ):  # fmt: skip
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
+        self.panel.engine_wanted.connect(self._continue_needs_engine)
         for key, slot in (("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer)):
             QShortcut(QKeySequence(key), self, activated=slot)
         self.sidebar.refresh()
@@ -312,7 +313,7 @@ class MainWindow(QMainWindow):
     def open_conversation(self, conv_id: str) -> None:
         if conv_id == self.conv_id:
             return
-        if self.panel.open_conversation(conv_id):
+        if self.panel.open_conversation(conv_id, self.sidebar.search.text()):  # a search hit's branch shows
             self.context_label.setText("")
         else:  # keep the streaming chat selected: another one highlighted would be a lie
             self.sidebar.select(self.conv_id or "")
@@ -368,6 +369,15 @@ class MainWindow(QMainWindow):
         self.train_button.setVisible(msg.trainable)
         self.panel.set_busy(False)
         self._render()
+        self.panel.engine_ready()  # a Continue asked while the engine was down goes on now
+
+    def _continue_needs_engine(self) -> None:
+        """Continue after the engine stopped: restart it (the answer goes on once the model is back)."""
+        if self.restart_button.isVisible():
+            self.start_engine()
+            self.status.say("Restarting the engine to continue the answer…")
+        else:
+            self.status.say("The answer goes on once the model has loaded…")
 
     def _on_serve_failed(self, why: str) -> None:
         # the status bar, not the chat: a server that fails to start must not interrupt an answer

@@ -148,6 +148,14 @@ QMainWindow, #chatPane {{ background: {c.window}; }}
 #codeLang {{ color: {c.muted}; font-size: 11px; }}
 #codeText {{ background: transparent; }}
 QPushButton#codeCopy {{ padding: 2px 10px; font-size: 11px; border-radius: 6px; }}
+QPushButton#cardAction {{
+    background: transparent; border: 1px solid transparent; border-radius: 5px; padding: 1px 6px;
+    font-size: 11px; color: {c.muted};
+}}
+QPushButton#cardAction:hover {{ border-color: {c.border}; color: {c.text}; }}
+QPushButton#cardAction:disabled {{ color: {c.border}; }}
+QPushButton#cardAction:focus {{ border: 1px solid palette(highlight); }}
+#cardVersion, #editNote {{ color: {c.muted}; font-size: 11px; }}
 #composer {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 12px; }}
 #composer QPlainTextEdit {{ background: transparent; border: none; }}
 QLineEdit, QComboBox {{

@@ -1,9 +1,10 @@
 """Screenshots for the README: the first-run pane, the main window (light and dark) with a streamed
 answer and the speed meter, the model switcher open, the settings page explaining the plan, and the
 model manager mid-download from a local hub server serving the real model, and the switcher with a
-remote engine (a real llama-server on 127.0.0.1 that has just answered).
+remote engine (a real llama-server on 127.0.0.1 that has just answered); with --versions-only, the
+message actions (versions, a stopped answer, a question being edited).
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots] [--remote-only]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots] [--remote-only|--versions-only]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import platformdirs
@@ -26,6 +28,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--theme", choices=["light", "dark"], required=False)
     ap.add_argument("--remote-only", action="store_true", help="only model-switcher-remote-light.png")
+    ap.add_argument("--versions-only", action="store_true", help="only message-versions-light.png")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -33,6 +36,9 @@ def main() -> int:
     if args.remote_only:
         os.environ["SPECEE_THEME"] = "light"
         return remote_switcher(out)
+    if args.versions_only:
+        os.environ["SPECEE_THEME"] = "light"
+        return message_versions(out)
     if args.theme is None:  # one process per theme: a palette is per application
         import subprocess
 
@@ -154,6 +160,66 @@ def main() -> int:
     app.exec()
     if args.theme == "light":
         remote_switcher(out)
+    return 0
+
+
+def message_versions(out: Path) -> int:
+    """A chat with a regenerated answer (its versions paged "2/2"), a stopped answer with its mark and
+    Continue, and a question being edited (the note, Send edit): the message actions."""
+    tmp = scratch("specee-shots-versions-")
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.theme import apply_theme
+    from engine import protocol as p
+    from engine.chats.store import ConversationStore
+    from engine.models.default_model import ensure_default_model
+
+    model = ensure_default_model()
+    os.environ["SPECEE_DATA_DIR"] = str(tmp / "data")
+    app = QApplication(sys.argv)
+    apply_theme(app)
+    w = MainWindow(model_path=model, sampling=p.Sampling.greedy(40), store=ConversationStore(tmp / "chats.db"))
+    w.resize(1180, 760)
+    w.show()
+    w.start_engine()
+
+    def when(ready, then) -> None:  # type: ignore[no-untyped-def]
+        QTimer.singleShot(100, lambda: then() if ready() else when(ready, then))
+
+    idle = lambda: w.model_loaded and not w.request_id  # noqa: E731
+
+    def ask() -> None:
+        w.input.setPlainText("Name a red fruit and say one thing about it.")
+        w.send_message()
+        when(idle, regenerate)
+
+    def regenerate() -> None:
+        w.sampling = replace(p.Sampling(max_tokens=40), seed=7)  # another answer, reproducibly
+        w.regen_button.click()
+        when(idle, story)
+
+    def story() -> None:
+        w.sampling = p.Sampling.greedy(400)
+        w.input.setPlainText("Tell me a long story about a lighthouse keeper.")
+        w.send_message()
+        when(lambda: len(w.answer) > 160, stop)
+
+    def stop() -> None:
+        w.stop_button.click()
+        when(idle, edit)
+
+    def edit() -> None:
+        w.panel.edit(2)
+        app.processEvents()
+        w.grab().save(str(out / "message-versions-light.png"))
+        w.close()
+        app.quit()
+
+    when(lambda: w.model_loaded, ask)
+    QTimer.singleShot(180_000, app.quit)
+    app.exec()
     return 0
 
 

@@ -57,10 +57,12 @@ def test_regenerate_and_edit_last(qtbot, window: MainWindow, store: Conversation
     qtbot.mouseClick(window.regen_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.request_id, timeout=120_000)
     assert window.answer == first  # greedy: the same answer again, not a second copy
-    assert [m.role for m in store.get(window.conv_id).messages] == ["user", "assistant"]
+    assert [m.role for m in store.get(window.conv_id).messages] == ["user", "assistant"]  # the branch shown
+    assert len(store.get(window.conv_id).messages[1].versions) == 2  # the first answer kept as a version
     qtbot.mouseClick(window.edit_button, Qt.MouseButton.LeftButton)
-    assert window.input.toPlainText() == "Say hello." and window.messages == []
-    assert store.get(window.conv_id).messages == []
+    # the question goes into the box to edit; nothing leaves the chat until the edit is sent
+    assert window.input.toPlainText() == "Say hello." and len(window.messages) == 2
+    assert [m.role for m in store.get(window.conv_id).messages] == ["user", "assistant"]
 
 
 def test_the_meter_shows_numbers_from_stats_events(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]

@@ -67,7 +67,7 @@ def test_remote_engine_labels_render_in_the_footer() -> None:
         "engine": "local:m (eagle)",
         "stats": {"decode_tok_s": 9.0, "n_generated": 3, "mode": "eagle"},
     }
-    assert message_footer(local) == ["9.0 tok/s · 3 tokens · eagle"]
+    assert message_footer(local) == ["9.0 tok/s · 3 tokens · m · eagle"]  # which local model wrote it, too
 
 
 @SERVER_TIMEOUT

@@ -43,8 +43,8 @@ def test_regenerate_edit_and_continue_at_the_length_limit(tmp_path: Path) -> Non
     again = chat.regenerate()
     assert again is not None and [m["role"] for m in chat.messages] == ["user", "assistant"] and chat.answer == ""
     _stream(chat, again, ["Hi"])
-    assert chat.edit_last() == "Tell a story" and chat.messages == []
-    assert chat.store is not None and chat.conv_id and chat.store.get(chat.conv_id).messages == []
+    assert chat.edit_last() == "Tell a story" and [m["content"] for m in chat.messages] == ["Tell a story", "Hi"]
+    assert chat.store is not None and chat.conv_id and len(chat.store.get(chat.conv_id).messages) == 2  # nothing deleted
 
 
 def test_errors_keep_partial_answers_and_give_back_unanswered_questions(tmp_path: Path) -> None:
@@ -90,3 +90,78 @@ def test_each_answer_records_the_engine_that_wrote_it(tmp_path: Path) -> None:
         ("Hello", "local:SmolLM2 (eagle)"),
         ("Partly", "remote:lab/qwen"),
     ]
+
+
+def _texts(chat: ChatSession) -> list[str]:
+    return [m["content"] for m in chat.messages]
+
+
+def test_an_edit_deletes_nothing_until_it_is_sent_and_the_old_branch_stays(tmp_path: Path) -> None:
+    """Edit last removed the last question and answer from the store at once: leaving the chat
+    (Ctrl+N, another chat, quitting) lost them. Now any question can be edited; sending the edit
+    branches the conversation there and the old branch stays a version away."""
+    store = ConversationStore(tmp_path / "c.db")
+    chat = ChatSession(store, p.Sampling.greedy(8))
+    _stream(chat, chat.send("Q1"), ["A1"])  # type: ignore[arg-type]
+    _stream(chat, chat.send("Q2"), ["A2"])  # type: ignore[arg-type]
+    conv_id = chat.conv_id
+    assert chat.begin_edit() == "Q2" and chat.editing == chat.messages[2]["id"]
+    assert _texts(chat) == ["Q1", "A1", "Q2", "A2"] and len(store.get(conv_id).messages) == 4
+    assert chat.new() and chat.editing is None  # Ctrl+N while editing: the edit is dropped, nothing lost
+    assert chat.open(conv_id) and _texts(chat) == ["Q1", "A1", "Q2", "A2"] and chat.editing is None
+    assert chat.begin_edit(1) is None  # an answer is not a question
+    assert chat.begin_edit(0) == "Q1"
+    gen = chat.send("Q1, better")
+    assert gen is not None and gen.messages == [{"role": "user", "content": "Q1, better"}]  # the branch from there
+    _stream(chat, gen, ["B1"])
+    assert _texts(chat) == ["Q1, better", "B1"] and chat.version(0) == (2, 2) and chat.editing is None
+    assert chat.show_version(0, -1) and _texts(chat) == ["Q1", "A1", "Q2", "A2"] and chat.version(0) == (1, 2)
+    assert not chat.show_version(0, -1) and not chat.show_version(1, +1)  # no such version
+    again = ChatSession(store)
+    assert again.open(conv_id) and _texts(again) == ["Q1", "A1", "Q2", "A2"]  # the branch shown is kept
+    assert again.show_version(0, +1) and _texts(again) == ["Q1, better", "B1"]
+    assert again.begin_edit(0) == "Q1, better"
+    gen = again.send("Q1, best")
+    again.on_event(p.Error(request_id=gen.request_id, kind="worker_died", message="killed"))  # type: ignore[union-attr]
+    # no answer came: the question goes back to the box, still as an edit of the question shown
+    assert again.restored_question == "Q1, best" and again.editing == again.messages[0]["id"]
+    assert [len(again.messages[0]["versions"])] == [2]
+
+
+def test_regenerations_are_versions_to_page_through(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "c.db")
+    chat = ChatSession(store, p.Sampling.greedy(8))
+    _stream(chat, chat.send("Hi"), ["one"])  # type: ignore[arg-type]
+    _stream(chat, chat.regenerate(), ["two"])  # type: ignore[arg-type]
+    assert _texts(chat) == ["Hi", "two"] and chat.version(1) == (2, 2)
+    assert chat.show_version(1, -1) and _texts(chat) == ["Hi", "one"] and chat.version(1) == (1, 2)
+    _stream(chat, chat.regenerate(), ["three"])  # type: ignore[arg-type]
+    assert _texts(chat) == ["Hi", "three"] and chat.version(1) == (3, 3)
+    gen = chat.regenerate()
+    assert gen is not None and chat.version(1) == (4, 4)
+    chat.abandon(gen)  # it could not be sent: the answer shown before comes back
+    assert _texts(chat) == ["Hi", "three"] and chat.version(1) == (3, 3) and not chat.streaming
+    assert [m.content for m in store.get(chat.conv_id).messages] == ["Hi", "three"]  # type: ignore[arg-type]
+
+
+def test_a_cut_or_stopped_answer_can_be_continued_after_reopening(tmp_path: Path) -> None:
+    """Continue was offered only until the chat was left, and never after Stop: the finish reason
+    is stored with the answer."""
+    store = ConversationStore(tmp_path / "c.db")
+    chat = ChatSession(store, p.Sampling.greedy(2))
+    _stream(chat, chat.send("Tell a story"), ["Once", " upon"], finish="length")  # type: ignore[arg-type]
+    reopened = ChatSession(store, p.Sampling.greedy(2))
+    assert reopened.open(chat.conv_id) and reopened.can_continue  # type: ignore[arg-type]
+    assert reopened.messages[-1]["finish"] == "length"
+    more = reopened.continue_answer()
+    assert more is not None and more.continue_answer and not reopened.can_continue
+    reopened.abandon(more)  # it could not be sent: still cut, still to be continued
+    assert reopened.can_continue and _texts(reopened) == ["Tell a story", "Once upon"]
+    more = reopened.continue_answer()
+    assert more is not None
+    _stream(reopened, more, [" a", " time"])
+    assert not reopened.can_continue and store.get(chat.conv_id).messages[-1].finish == "stop"  # type: ignore[arg-type]
+    _stream(reopened, reopened.send("Another"), ["Two"], finish="cancelled")  # type: ignore[arg-type]
+    assert reopened.can_continue and reopened.notices == ["[stopped]"]
+    again = ChatSession(store)
+    assert again.open(chat.conv_id) and again.can_continue and again.messages[-1]["finish"] == "cancelled"  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.chats.store import ConversationStore, StoreError
+from engine.chats.store import SCHEMA_VERSION, ConversationStore, StoreError
 
 
 def test_create_append_rename_delete_and_order(tmp_path: Path) -> None:
@@ -138,9 +138,118 @@ def test_a_version_1_database_opens_and_records_the_answering_engine_from_then_o
     s.update_message(mid, "a new answer", complete=True, engine="local:SmolLM2 (eagle)")
     s.close()
     again = ConversationStore(db)  # migrated once: opening again changes nothing
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     last = again.get("old").messages[-1]
     assert (last.content, last.engine, last.stats) == ("a new answer", "local:SmolLM2 (eagle)", {"decode_tok_s": 9.0})
     assert again.search("old question")[0][0] == "old"
     copy = again.import_json(again.export_json("old"))
     assert [m.engine for m in copy.messages] == ["", "", "local:SmolLM2 (eagle)"]
+
+
+def _texts(s: ConversationStore, conv_id: str) -> list[str]:
+    return [m.content for m in s.get(conv_id).messages]
+
+
+def test_edits_and_regenerations_are_versions_and_every_branch_stays(tmp_path: Path) -> None:
+    s = ConversationStore(tmp_path / "c.db")
+    c = s.create("Tree")
+    q1 = s.append(c.id, "user", "Q1")
+    s.append(c.id, "assistant", "A1")
+    q2 = s.append(c.id, "user", "Q2")
+    a2 = s.append(c.id, "assistant", "A2")
+    a2b = s.append(c.id, "assistant", "A2 again", parent=q2)  # a regeneration: a second version
+    conv = s.get(c.id)
+    assert [m.content for m in conv.messages] == ["Q1", "A1", "Q2", "A2 again"]
+    assert conv.messages[-1].versions == [a2, a2b] and conv.messages[0].versions == [q1]
+    assert conv.messages[2].parent_id == conv.messages[1].id and conv.messages[0].parent_id is None
+    q1b = s.append(c.id, "user", "Q1 edited", parent=None)  # the first question edited: a new branch
+    s.append(c.id, "assistant", "B1")
+    assert _texts(s, c.id) == ["Q1 edited", "B1"] and s.get(c.id).messages[0].versions == [q1, q1b]
+    s.select(c.id, q1)  # paging back: that version's newest branch
+    assert _texts(s, c.id) == ["Q1", "A1", "Q2", "A2 again"]
+    s.select(c.id, a2)
+    assert _texts(s, c.id) == ["Q1", "A1", "Q2", "A2"]
+    s.update_message(a2, "A2", True, finish="length")
+    s.close()
+    again = ConversationStore(tmp_path / "c.db")
+    assert _texts(again, c.id) == ["Q1", "A1", "Q2", "A2"]  # the branch shown is remembered
+    assert again.get(c.id).messages[-1].finish == "length"
+    assert again.search("edited")[0][0] == c.id  # every branch is searched
+    again.truncate_from(c.id, a2)  # e.g. a regeneration that could not be sent: the other version shows
+    assert _texts(again, c.id) == ["Q1", "A1", "Q2", "A2 again"] and again.get(c.id).messages[-1].versions == [a2b]
+    with pytest.raises(StoreError):
+        again.append(c.id, "user", "x", parent=a2)  # gone
+    md = again.export_markdown(c.id)
+    assert "A2 again" in md and "B1" not in md  # exports hold the branch shown
+    assert not again.select_match(c.id, "again") and not again.select_match(c.id, "nowhere")
+    assert again.select_match(c.id, "B1") and _texts(again, c.id) == ["Q1 edited", "B1"]  # a search hit's branch
+    assert not again.select_match(c.id, "edited")  # already shown
+    copy = again.import_json(again.export_json(c.id))  # every version travels, the branch shown too
+    assert [m.content for m in copy.messages] == ["Q1 edited", "B1"] and len(copy.messages[0].versions) == 2
+    again.select(copy.id, copy.messages[0].versions[0])
+    assert _texts(again, copy.id) == ["Q1", "A1", "Q2", "A2 again"]
+    assert again.get(copy.id).messages[-1].finish == "" and len(again.get(copy.id).messages[-1].versions) == 1
+    with pytest.raises(StoreError, match="cannot import"):
+        bad_tree = [{"role": "user", "content": "x", "parent": 3}]  # a parent that does not come before it
+        again.import_json(json.dumps({"format": "specee-chat-conversation", "messages": [], "tree": bad_tree}))
+
+
+# The schema as version 2 wrote it (messages by position, no branches), with rows as it appended them.
+_SCHEMA_V2 = """
+CREATE TABLE conversations (id TEXT PRIMARY KEY, title TEXT NOT NULL, system_prompt TEXT NOT NULL DEFAULT '',
+    settings TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+    role TEXT NOT NULL, content TEXT NOT NULL, stats TEXT NOT NULL DEFAULT '{}', complete INTEGER NOT NULL DEFAULT 1,
+    created REAL NOT NULL, engine TEXT NOT NULL DEFAULT '');
+CREATE TABLE trash (conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE, deleted REAL NOT NULL);
+CREATE INDEX messages_by_conversation ON messages(conversation_id, position);
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id');
+CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+INSERT INTO conversations VALUES ('a', 'Two turns', '', '{}', 1.0, 2.0), ('b', 'Cut off', '', '{}', 1.0, 3.0);
+INSERT INTO messages (conversation_id, position, role, content, stats, complete, created, engine) VALUES
+    ('a', 0, 'user', 'first question', '{}', 1, 1.0, ''),
+    ('b', 0, 'user', 'other chat', '{}', 1, 1.0, ''),
+    ('a', 1, 'assistant', 'first answer', '{"decode_tok_s": 5.0}', 1, 1.0, 'local:SmolLM2 (vanilla)'),
+    ('b', 1, 'assistant', 'half an ans', '{}', 0, 1.0, ''),
+    ('a', 2, 'user', 'second question', '{}', 1, 1.0, ''),
+    ('a', 3, 'assistant', 'second answer', '{}', 1, 1.0, 'remote:lab/qwen');
+PRAGMA user_version = 2;
+"""
+
+
+def test_a_version_2_database_opens_as_one_branch_and_branches_from_then_on(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "c.db"
+    with sqlite3.connect(db) as old:
+        old.executescript(_SCHEMA_V2)
+    s = ConversationStore(db)
+    a = s.get("a")
+    assert [m.content for m in a.messages] == ["first question", "first answer", "second question", "second answer"]
+    assert [len(m.versions) for m in a.messages] == [1, 1, 1, 1] and a.messages[1].stats == {"decode_tok_s": 5.0}
+    assert [m.engine for m in a.messages] == ["", "local:SmolLM2 (vanilla)", "", "remote:lab/qwen"]
+    b = s.get("b")
+    assert [(m.content, m.complete, m.finish) for m in b.messages] == [("other chat", True, ""), ("half an ans", False, "")]
+    old_q2 = a.messages[2].id
+    s.append("a", "user", "second question, edited", parent=a.messages[1].id)
+    assert _texts(s, "a") == ["first question", "first answer", "second question, edited"]
+    assert s.get("a").messages[2].versions == [old_q2, s.get("a").messages[2].id]
+    s.append("b", "assistant", "more", parent=b.messages[0].id)
+    assert _texts(s, "b") == ["other chat", "more"]
+    s.close()
+    again = ConversationStore(db)
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    again.select("a", old_q2)
+    assert _texts(again, "a") == ["first question", "first answer", "second question", "second answer"]
+    assert {h[0] for h in again.search("question")} == {"a"} and again.search("half")[0][0] == "b"
+    assert [c.id for c in again.list()] == ["b", "a"]

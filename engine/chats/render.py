@@ -43,19 +43,42 @@ def remote_engine(engine: str) -> str:
     return f"{endpoint} / {model}" if model else endpoint
 
 
+def local_engine(engine: str) -> tuple[str, str]:
+    """The model and mode ("SmolLM2", "eagle") of a stored engine label "local:SmolLM2 (eagle)"
+    (ChatSession.engine); ("", "") for a remote engine's label or none."""
+    if not engine.startswith("local:"):
+        return "", ""
+    label = engine.removeprefix("local:")
+    name, sep, mode = label.rpartition(" (")
+    return (name, mode.removesuffix(")")) if sep and mode.endswith(")") else (label, "")
+
+
 def message_footer(m: dict) -> list[str]:
-    """The lines under an answer: its speed and mode (or, from a remote engine, which one
-    answered), and whether it was interrupted."""
+    """The lines under an answer: its speed, which engine wrote it (the local model and its mode, or
+    the remote endpoint and model), and whether it was stopped, cut at the length limit or
+    interrupted (each of which Continue can go on from)."""
+    if m["role"] != "assistant":
+        return []
     stats = m.get("stats") or {}
+    engine = m.get("engine") or ""
+    model, mode = local_engine(engine)
+    mode = stats.get("mode") or mode
+    remote = remote_engine(engine)
+    how = f"via {remote}" if remote else " · ".join(x for x in (model, mode) if x)
     lines = []
-    remote = remote_engine(m.get("engine") or "") if m["role"] == "assistant" else ""
-    if m["role"] == "assistant" and stats.get("decode_tok_s"):
-        how = f"via {remote}" if remote else stats.get("mode", "")
-        lines.append(f"{stats['decode_tok_s']:.1f} tok/s · {stats.get('n_generated', 0)} tokens · {how}")
-    elif remote:
-        lines.append(f"via {remote}")
-    if m["role"] == "assistant" and m.get("interrupted"):
+    if stats.get("decode_tok_s"):
+        speed = f"{stats['decode_tok_s']:.1f} tok/s · {stats.get('n_generated', 0)} tokens"
+        lines.append(f"{speed} · {how}" if how else speed)
+    elif how:
+        lines.append(how)
+    if m.get("interrupted"):
         lines.append("[interrupted: Continue or Regenerate]")
+    elif m.get("finish") == "cancelled":
+        lines.append("[stopped: Continue writes more]")
+    elif m.get("finish") == "length":
+        lines.append("[cut at the length limit: Continue writes more]")
+    elif m.get("finish") == "context_full":
+        lines.append("[stopped: the context is full]")
     return lines
 
 

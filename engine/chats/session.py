@@ -1,12 +1,18 @@
-"""One chat's state machine, Qt-free: send, stream, stop, regenerate, edit last, continue a cut or
-interrupted answer, errors and the worker's restart, with the conversation store. The window and
-`specee chat` both drive it. It never talks to the worker: an action returns the message to send
-(or None when it does not apply now), and on_event() takes the worker's events."""
+"""One chat's state machine, Qt-free: send, stream, stop, regenerate, edit any question, page through
+versions, continue a cut, stopped or interrupted answer, errors and the worker's restart, with the
+conversation store. The window and `specee chat` both drive it. It never talks to the worker: an
+action returns the message to send (or None when it does not apply now), and on_event() takes the
+worker's events.
+
+Nothing is deleted to edit or regenerate: an edited question is sent as a new version of it (the
+conversation branches there, the old branch kept), a regenerated answer is a new version beside the
+old one; the store keeps the tree and the branch shown, this session shows that branch."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from engine import protocol as p
 from engine.chats.store import ConversationStore
@@ -40,26 +46,46 @@ ERROR_TITLES: dict[str, str] = {
 }
 
 
+def message_version(m: dict) -> tuple[int, int]:
+    """Which version a message is among those at its place, and how many there are: (2, 3) reads "2/3"."""
+    versions = m.get("versions") or []
+    return (versions.index(m.get("id")) + 1, len(versions)) if m.get("id") in versions else (1, 1)
+
+
 @dataclass
 class ChatSession:
-    store: ConversationStore | None = None  # None: in memory only
+    store: ConversationStore | None = None  # None: in memory only (a store of its own in memory)
     sampling: p.Sampling = field(default_factory=p.Sampling)
     system_prompt: str = ""
     settings: dict = field(default_factory=dict)  # stored with the conversation (e.g. the preset)
     conv_id: str | None = None
-    messages: list[dict] = field(default_factory=list)  # role, content, stats, id, interrupted
+    # the branch shown: role, content, stats, id, interrupted, engine, finish, versions (ids of its siblings)
+    messages: list[dict] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)  # shown after the conversation
     request_id: str = ""
     answer: str = ""
     answer_msg_id: int = 0
-    can_continue: bool = False  # the last answer stopped at the length limit or was interrupted
     restored_question: str = ""  # a question taken back after a failure before any answer
+    editing: int | None = None  # the question being edited (begin_edit): the next send() is its new version
     engine_name: str = ""  # what answers, from Loaded: the model's name, or "<endpoint>/<model id>" when remote
     engine_mode: str = ""  # its mode (vanilla, eagle, ...; "remote"), kept current by each answer's Stats
+
+    def __post_init__(self) -> None:
+        if self.store is None:
+            self.store = ConversationStore(Path(":memory:"))
 
     @property
     def streaming(self) -> bool:
         return bool(self.request_id)
+
+    @property
+    def can_continue(self) -> bool:
+        """The last answer can go on: it was cut at the length limit, stopped, or interrupted (a
+        crash, a lost server), as stored with it, so this holds after reopening the chat too."""
+        last = self.messages[-1] if self.messages else None
+        if self.streaming or last is None or last["role"] != "assistant" or not last["content"]:
+            return False
+        return bool(last.get("interrupted")) or last.get("finish") in (p.FinishReason.LENGTH, p.FinishReason.CANCELLED)
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -90,15 +116,25 @@ class ChatSession:
     def new(self) -> bool:
         if self.streaming:
             return False
-        self.conv_id, self.messages, self.notices, self.can_continue = None, [], [], False
+        self.conv_id, self.messages, self.notices, self.editing = None, [], [], None
         self.system_prompt = ""
         return True
 
-    def open(self, conv_id: str) -> bool:
+    def open(self, conv_id: str, match: str = "") -> bool:
+        """Show a conversation (match: the search that found it; the branch holding a hit shows)."""
         if self.streaming or self.store is None:
             return False
+        if match:
+            self.store.select_match(conv_id, match)
         conv = self.store.get(conv_id)
         self.conv_id, self.system_prompt, self.settings = conv.id, conv.system_prompt, conv.settings
+        self.notices, self.editing = [], None
+        self._show_branch()
+        return True
+
+    def _show_branch(self) -> None:
+        """The store's branch shown, as this session's messages."""
+        assert self.store is not None
         self.messages = [
             {
                 "role": m.role,
@@ -107,11 +143,28 @@ class ChatSession:
                 "id": m.id,
                 "interrupted": not m.complete,
                 "engine": m.engine,
+                "finish": m.finish,
+                "versions": m.versions,
             }
-            for m in conv.messages
+            for m in (self.store.get(self.conv_id).messages if self.conv_id else [])
         ]
-        self.notices = []
-        self.can_continue = bool(self.messages) and bool(self.messages[-1].get("interrupted"))
+
+    def version(self, index: int) -> tuple[int, int]:
+        """Which version messages[index] is and how many there are: (2, 3) reads "2/3"."""
+        return message_version(self.messages[index])
+
+    def show_version(self, index: int, step: int) -> bool:
+        """Page messages[index] to its previous (-1) or next (+1) version; the branch that follows
+        it is the newest one under that version."""
+        if self.streaming or not self.conv_id or self.store is None or not 0 <= index < len(self.messages):
+            return False
+        versions = self.messages[index].get("versions") or []
+        at = versions.index(self.messages[index]["id"]) + step if self.messages[index]["id"] in versions else -1
+        if not 0 <= at < len(versions):
+            return False
+        self.store.select(self.conv_id, versions[at])
+        self.notices, self.editing = [], None
+        self._show_branch()
         return True
 
     def set_system_prompt(self, text: str) -> None:
@@ -127,68 +180,86 @@ class ChatSession:
     # -- actions: each returns what to send to the worker --------------------------------------------
 
     def send(self, text: str) -> p.Generate | None:
+        """Ask text; while a question is being edited (begin_edit) it is that question's new
+        version: the conversation branches there and the old branch stays as a version."""
         text = text.strip()
         if not text or self.streaming:
             return None
-        if self.conv_id is None and self.store is not None:
+        store = self._store
+        if self.conv_id is None:
             title = " ".join(text.split())[:48] or "New chat"
-            self.conv_id = self.store.create(title, self.system_prompt, self.settings).id
-        msg_id = self.store.append(self.conv_id, "user", text) if self.store and self.conv_id else 0
-        self.messages.append({"role": "user", "content": text, "stats": {}, "id": msg_id})
+            self.conv_id = store.create(title, self.system_prompt, self.settings).id
+        ids = [m["id"] for m in self.messages]
+        if self.editing in ids:
+            i = ids.index(self.editing)
+            store.append(self.conv_id, "user", text, parent=ids[i - 1] if i else None)
+        else:
+            store.append(self.conv_id, "user", text)
+        self.editing = None
+        self._show_branch()
         return self._start(continue_answer=False)
 
     def regenerate(self) -> p.Generate | None:
+        """A new version of the last answer; the old one stays, a page away."""
         if not self.can_regenerate:
             return None
-        last = self.messages.pop()
-        if self.store and self.conv_id:
-            self.store.truncate_from(self.conv_id, last["id"])
+        self.messages.pop()
         return self._start(continue_answer=False)
 
     def continue_answer(self) -> p.Generate | None:
-        """More of the last answer (it stopped at the length limit or was interrupted), in place."""
-        if not self.can_regenerate:
+        """More of the last answer (cut at the length limit, stopped or interrupted), in place."""
+        if not self.can_continue:
             return None
         last = self.messages[-1]
-        last["interrupted"] = False
+        last["interrupted"], last["finish"] = False, ""
         gen = self._start(continue_answer=True)
         self.answer, self.answer_msg_id = last["content"], last["id"]
         return gen
 
-    def edit_last(self) -> str | None:
-        """Take the last question back (it and what followed leave the conversation); its text."""
+    def begin_edit(self, index: int | None = None) -> str | None:
+        """Edit the question messages[index] (None: the last one): its text, for the message box.
+        Nothing changes until send() sends the edited text as its new version; cancel_edit() or
+        leaving the chat drops the edit with nothing lost."""
         if not self.can_edit:
             return None
-        i = max(i for i, m in enumerate(self.messages) if m["role"] == "user")
-        text = self.messages[i]["content"]
-        if self.store and self.conv_id:
-            self.store.truncate_from(self.conv_id, self.messages[i]["id"])
-        del self.messages[i:]
-        self.can_continue = False
-        return text
+        users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+        i = users[-1] if index is None else index
+        if i not in users:
+            return None
+        self.editing = self.messages[i]["id"]
+        return str(self.messages[i]["content"])
+
+    def edit_last(self) -> str | None:
+        return self.begin_edit()
+
+    def cancel_edit(self) -> None:
+        self.editing = None
 
     def cancel(self) -> p.Cancel | None:
         return p.Cancel(self.request_id) if self.streaming else None
 
     def abandon(self, sent: p.Generate) -> None:
-        """The request could not be sent: undo what _start did."""
+        """The request could not be sent: undo what _start did (an older version shows again)."""
         if self.request_id == sent.request_id:
             self.request_id = ""
             if not sent.continue_answer and self.messages and self.messages[-1]["role"] == "assistant":
-                if self.store and self.conv_id:
-                    self.store.truncate_from(self.conv_id, self.messages[-1]["id"])
-                self.messages.pop()
+                self._store.truncate_from(self.conv_id or "", self.messages[-1]["id"])
+            self._show_branch()  # a continued answer is as stored: cut, stopped or interrupted still
+
+    @property
+    def _store(self) -> ConversationStore:
+        assert self.store is not None  # __post_init__ gives every session one
+        return self.store
 
     def _start(self, continue_answer: bool) -> p.Generate:
         self.request_id = uuid.uuid4().hex[:12]
-        self.notices, self.can_continue, self.restored_question = [], False, ""
+        self.notices, self.restored_question = [], ""
         gen = p.Generate(self.request_id, self.history, replace(self.sampling), continue_answer=continue_answer)
         if not continue_answer:
             self.answer = ""
-            self.answer_msg_id = self.store.append(self.conv_id, "assistant", "", False, engine=self.engine) if self.store else 0
-            self.messages.append(
-                {"role": "assistant", "content": "", "stats": {}, "id": self.answer_msg_id, "engine": self.engine}
-            )
+            parent = self.messages[-1]["id"] if self.messages else None
+            self.answer_msg_id = self._store.append(self.conv_id or "", "assistant", "", False, engine=self.engine, parent=parent)
+            self._show_branch()
         return gen
 
     # -- the worker's events ------------------------------------------------------------------------
@@ -199,8 +270,7 @@ class ChatSession:
         if isinstance(msg, p.Token) and mine:
             self.answer += msg.text
             self.messages[-1]["content"] = self.answer
-            if self.store:
-                self.store.update_message(self.answer_msg_id, self.answer, complete=False)
+            self._store.update_message(self.answer_msg_id, self.answer, complete=False)
             return "token"
         if isinstance(msg, p.Stats) and mine:
             self.engine_mode = msg.mode  # auto may have changed it since the load
@@ -211,15 +281,15 @@ class ChatSession:
             }  # fmt: skip
             return "stats"
         if isinstance(msg, p.Done) and mine:
-            if self.store:
-                stats, engine = self.messages[-1]["stats"], self.messages[-1].get("engine", self.engine)
-                self.store.update_message(self.answer_msg_id, self.answer, complete=True, stats=stats, engine=engine)
+            last = self.messages[-1]
+            stats, engine, finish = last["stats"], last.get("engine", self.engine), str(msg.finish_reason)
+            self._store.update_message(self.answer_msg_id, self.answer, complete=True, stats=stats, engine=engine, finish=finish)
+            last["finish"], last["interrupted"] = finish, False  # a stopped or cut answer can be continued, now and later
             if msg.finish_reason == "cancelled":
                 self.notices.append("[stopped]")
             if msg.finish_reason == "length":
                 limit = self.sampling.max_tokens
                 self.notices.append(f"The answer stopped at the {limit}-token limit. Continue writes more of it.")
-                self.can_continue = True
             self.request_id = ""
             return "done"
         if isinstance(msg, p.Notice):
@@ -245,15 +315,14 @@ class ChatSession:
             last = self.messages[-1] if self.messages else None
             if last is not None and last["role"] == "assistant" and last["content"]:
                 last["interrupted"] = True
-                if self.store:
-                    self.store.update_message(last["id"], last["content"], complete=False)
-                self.can_continue = True
+                self._store.update_message(last["id"], last["content"], complete=False)
             else:
                 users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
                 if users:
                     i = users[-1]
                     self.restored_question = self.messages[i]["content"]
-                    if self.store and self.conv_id:
-                        self.store.truncate_from(self.conv_id, self.messages[i]["id"])
-                    del self.messages[i:]
+                    self._store.truncate_from(self.conv_id or "", self.messages[i]["id"])
+                    self._show_branch()
+                    if i < len(self.messages) and self.messages[i]["role"] == "user":
+                        self.editing = self.messages[i]["id"]  # it was an edit: sent again, it is one still
         self.notices.append(f"**{ERROR_TITLES.get(kind, 'Something went wrong')}:** {message}")

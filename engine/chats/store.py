@@ -1,6 +1,11 @@
 """Conversations on disk: SQLite in WAL mode under the user data dir, written as answers stream so
 a crash or kill loses nothing already shown. Full-text search over message text (FTS5).
 
+A conversation is a tree: each message has a parent (None for a first question), so editing a
+question or regenerating an answer adds a sibling (a version) instead of deleting anything, and
+every branch stays reachable. The conversation's leaf names the branch shown; get() returns that
+branch, root to leaf, each message with the ids of its versions.
+
 Qt-free: the GUI calls it from its thread (every call is short), tests use it directly.
 """
 
@@ -15,7 +20,7 @@ from pathlib import Path
 
 from engine.paths import data_dir
 
-SCHEMA_VERSION = 2  # 2: messages.engine
+SCHEMA_VERSION = 3  # 2: messages.engine; 3: branches (messages.parent_id, conversations.leaf_id), messages.finish
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -24,7 +29,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     system_prompt TEXT NOT NULL DEFAULT '',
     settings TEXT NOT NULL DEFAULT '{}',
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    leaf_id INTEGER
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -35,7 +41,9 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT NOT NULL DEFAULT '{}',
     complete INTEGER NOT NULL DEFAULT 1,
     created REAL NOT NULL,
-    engine TEXT NOT NULL DEFAULT ''
+    engine TEXT NOT NULL DEFAULT '',
+    parent_id INTEGER,
+    finish TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS trash (
     conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
@@ -60,6 +68,9 @@ class StoreError(Exception):
     pass
 
 
+LEAF = object()  # append()'s default parent: the end of the branch shown
+
+
 @dataclass
 class Message:
     role: str
@@ -68,6 +79,9 @@ class Message:
     complete: bool = True
     id: int = 0
     engine: str = ""  # which engine answered (see ChatSession.engine); '' for questions and older answers
+    parent_id: int | None = None  # the message this one follows; None: the conversation's first
+    finish: str = ""  # an answer's protocol FinishReason (stop, length, cancelled, ...); '' while streaming or unknown
+    versions: list[int] = field(default_factory=list)  # ids of this message and its siblings, oldest first
 
 
 @dataclass
@@ -78,7 +92,7 @@ class Conversation:
     settings: dict = field(default_factory=dict)
     created: float = 0.0
     updated: float = 0.0
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)  # the branch shown, first message to leaf
 
 
 def default_path() -> Path:
@@ -107,6 +121,24 @@ class ConversationStore:
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(messages)")}
         if "engine" not in columns:  # version 1
             self.db.execute("ALTER TABLE messages ADD COLUMN engine TEXT NOT NULL DEFAULT ''")
+        if "parent_id" not in columns:  # versions 1-2: a list by position becomes a one-branch tree
+            with self.db:
+                self.db.execute("BEGIN")
+                self.db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
+                self.db.execute("ALTER TABLE messages ADD COLUMN finish TEXT NOT NULL DEFAULT ''")
+                self.db.execute(
+                    "UPDATE messages SET parent_id = (SELECT m.id FROM messages m WHERE m.conversation_id ="
+                    " messages.conversation_id AND m.position < messages.position ORDER BY m.position DESC LIMIT 1)"
+                )
+        if "leaf_id" not in {row[1] for row in self.db.execute("PRAGMA table_info(conversations)")}:
+            with self.db:
+                self.db.execute("BEGIN")
+                self.db.execute("ALTER TABLE conversations ADD COLUMN leaf_id INTEGER")
+                self.db.execute(
+                    "UPDATE conversations SET leaf_id = (SELECT m.id FROM messages m WHERE m.conversation_id ="
+                    " conversations.id ORDER BY m.position DESC LIMIT 1)"
+                )
+        self.db.execute("CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(conversation_id, parent_id)")
 
     def close(self) -> None:
         self.db.close()
@@ -117,7 +149,7 @@ class ConversationStore:
         now = time.time()
         conv = Conversation(uuid.uuid4().hex, title, system_prompt, settings or {}, now, now)
         self.db.execute(
-            "INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO conversations (id, title, system_prompt, settings, created, updated) VALUES (?, ?, ?, ?, ?, ?)",
             (conv.id, conv.title, conv.system_prompt, json.dumps(conv.settings), now, now),
         )
         return conv
@@ -136,14 +168,58 @@ class ConversationStore:
         if r is None:
             raise StoreError(f"no conversation {conv_id}")
         conv = Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
+        rows = self.db.execute(
+            "SELECT id, role, content, stats, complete, engine, parent_id, finish FROM messages"
+            " WHERE conversation_id = ? ORDER BY id",
+            (conv_id,),
+        ).fetchall()
+        by_id = {m[0]: m for m in rows}
+        children: dict[int | None, list[int]] = {}
+        for m in rows:
+            children.setdefault(m[6], []).append(m[0])
+        path: list[int] = []
+        at = self._leaf(conv_id)
+        while at is not None and at in by_id and len(path) <= len(rows):
+            path.append(at)
+            at = by_id[at][6]
         conv.messages = [
-            Message(m[1], m[2], json.loads(m[3]), bool(m[4]), m[0], m[5])
-            for m in self.db.execute(
-                "SELECT id, role, content, stats, complete, engine FROM messages WHERE conversation_id = ? ORDER BY position",
-                (conv_id,),
-            )
+            Message(m[1], m[2], json.loads(m[3]), bool(m[4]), m[0], m[5], m[6], m[7], children[m[6]])
+            for m in (by_id[i] for i in reversed(path))
         ]
         return conv
+
+    def select(self, conv_id: str, msg_id: int | None) -> None:
+        """Show the branch through msg_id: the conversation's leaf becomes its newest descendant
+        (following the newest child at each step). None: the newest first message's branch."""
+        if msg_id is not None:
+            self._parent(conv_id, msg_id)  # StoreError if it is not there
+        at = msg_id
+        while True:
+            row = self.db.execute(
+                "SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id IS ?", (conv_id, at)
+            ).fetchone()
+            if row[0] is None:
+                break
+            at = row[0]
+        self.db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (at, conv_id))  # a look is no update
+
+    def _leaf(self, conv_id: str) -> int | None:
+        row = self.db.execute(
+            "SELECT c.leaf_id FROM conversations c JOIN messages m ON m.id = c.leaf_id AND m.conversation_id = c.id"
+            " WHERE c.id = ?",
+            (conv_id,),
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        # no leaf recorded (or it was deleted): the newest message, which has no children
+        row = self.db.execute("SELECT MAX(id) FROM messages WHERE conversation_id = ?", (conv_id,)).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def _parent(self, conv_id: str, msg_id: int) -> int | None:
+        row = self.db.execute("SELECT parent_id FROM messages WHERE id = ? AND conversation_id = ?", (msg_id, conv_id)).fetchone()
+        if row is None:
+            raise StoreError(f"no message {msg_id} in {conv_id}")
+        return row[0]
 
     def rename(self, conv_id: str, title: str) -> None:
         self._update(conv_id, "title", title.strip() or "Untitled")
@@ -176,47 +252,69 @@ class ConversationStore:
     # -- messages -------------------------------------------------------------------------------
 
     def append(
-        self, conv_id: str, role: str, content: str, complete: bool = True, stats: dict | None = None, engine: str = ""
+        self,
+        conv_id: str,
+        role: str,
+        content: str,
+        complete: bool = True,
+        stats: dict | None = None,
+        engine: str = "",
+        parent: int | object | None = LEAF,
     ) -> int:
+        """A message after parent (LEAF: the end of the branch shown; None: a new first message);
+        the branch through it becomes the one shown."""
         if role not in ("user", "assistant", "system"):
             raise StoreError(f"bad role {role!r}")
         with self.db:
             self.db.execute("BEGIN")
+            parent_id = self._leaf(conv_id) if parent is LEAF else parent
+            if parent_id is not None:
+                self._parent(conv_id, parent_id)  # type: ignore[arg-type]  # StoreError if it is not there
             pos = self.db.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?", (conv_id,)
             ).fetchone()[0]
             cur = self.db.execute(
-                "INSERT INTO messages (conversation_id, position, role, content, stats, complete, created, engine)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (conv_id, pos, role, content, json.dumps(stats or {}), int(complete), time.time(), engine),
+                "INSERT INTO messages (conversation_id, position, role, content, stats, complete, created, engine, parent_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conv_id, pos, role, content, json.dumps(stats or {}), int(complete), time.time(), engine, parent_id),
             )
-            self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conv_id))
+            now = time.time()
+            self.db.execute("UPDATE conversations SET updated = ?, leaf_id = ? WHERE id = ?", (now, cur.lastrowid, conv_id))
         return int(cur.lastrowid)
 
     def update_message(
-        self, msg_id: int, content: str, complete: bool, stats: dict | None = None, engine: str | None = None
+        self,
+        msg_id: int,
+        content: str,
+        complete: bool,
+        stats: dict | None = None,
+        engine: str | None = None,
+        finish: str | None = None,
     ) -> None:
-        """Called as an answer streams (autocommit: each call is on disk when it returns); stats and
-        engine: None keeps what is stored."""
+        """Called as an answer streams (autocommit: each call is on disk when it returns); stats,
+        engine and finish: None keeps what is stored."""
         self.db.execute(
-            "UPDATE messages SET content = ?, complete = ?, stats = COALESCE(?, stats), engine = COALESCE(?, engine)"
-            " WHERE id = ?",
-            (content, int(complete), None if stats is None else json.dumps(stats), engine, msg_id),
+            "UPDATE messages SET content = ?, complete = ?, stats = COALESCE(?, stats), engine = COALESCE(?, engine),"
+            " finish = COALESCE(?, finish) WHERE id = ?",
+            (content, int(complete), None if stats is None else json.dumps(stats), engine, finish, msg_id),
         )
 
     def truncate_from(self, conv_id: str, msg_id: int) -> None:
-        """Drop a message and everything after it (regenerate, edit-and-resend)."""
-        row = self.db.execute("SELECT position FROM messages WHERE id = ? AND conversation_id = ?", (msg_id, conv_id)).fetchone()
-        if row is None:
-            raise StoreError(f"no message {msg_id} in {conv_id}")
-        self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conv_id, row[0]))
+        """Drop a message and everything that follows it on any branch (a request that could not be
+        sent, a question that got no answer); the branch shown becomes its parent's newest one."""
+        parent = self._parent(conv_id, msg_id)
+        self.db.execute(
+            "WITH RECURSIVE doomed(id) AS (SELECT ? UNION ALL SELECT m.id FROM messages m JOIN doomed d ON m.parent_id = d.id)"
+            " DELETE FROM messages WHERE id IN (SELECT id FROM doomed)",
+            (msg_id,),
+        )
+        self.select(conv_id, parent)
 
     def search(self, query: str) -> list[tuple[str, str]]:
         """(conversation id, snippet) of messages matching the words of query, best first."""
-        words = [w for w in query.replace('"', " ").split() if w]
-        if not words:
+        fts = _fts_query(query)
+        if not fts:
             return []
-        fts = " ".join(f'"{w}"*' for w in words)
         rows = self.db.execute(
             "SELECT m.conversation_id, snippet(messages_fts, 0, '[', ']', '…', 8) FROM messages_fts"
             " JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH ? ORDER BY rank LIMIT 50",
@@ -224,18 +322,51 @@ class ConversationStore:
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
+    def select_match(self, conv_id: str, query: str) -> bool:
+        """Opening a search result: when the branch shown holds none of the hits (they are on an
+        older version), show the best hit's branch. Whether the branch shown changed."""
+        fts = _fts_query(query)
+        if not fts:
+            return False
+        hits = [
+            r[0]
+            for r in self.db.execute(
+                "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+                " WHERE messages_fts MATCH ? AND m.conversation_id = ? ORDER BY rank",
+                (fts, conv_id),
+            )
+        ]
+        if not hits or {m.id for m in self.get(conv_id).messages} & set(hits):
+            return False
+        self.select(conv_id, hits[0])
+        return True
+
     # -- export / import ------------------------------------------------------------------------
 
     def export_json(self, conv_id: str) -> str:
+        """The conversation as JSON: "messages" is the branch shown (what any reader of version 1
+        imports), "tree" every message with its parent's index in it, so importing here keeps every
+        version, and "leaf" the index of the branch shown's last message."""
         c = self.get(conv_id)
+        rows = self.db.execute(
+            "SELECT id, role, content, stats, engine, finish, parent_id FROM messages WHERE conversation_id = ? ORDER BY id",
+            (conv_id,),
+        ).fetchall()
+        index = {r[0]: i for i, r in enumerate(rows)}
+        tree = [
+            {"role": r[1], "content": r[2], "stats": json.loads(r[3]), "engine": r[4], "finish": r[5], "parent": index.get(r[6])}
+            for r in rows
+        ]
         return json.dumps(
             {
                 "format": "specee-chat-conversation",
-                "version": 1,
+                "version": 2,
                 "title": c.title,
                 "system_prompt": c.system_prompt,
                 "settings": c.settings,
                 "messages": [{"role": m.role, "content": m.content, "stats": m.stats, "engine": m.engine} for m in c.messages],
+                "tree": tree,
+                "leaf": index.get(c.messages[-1].id) if c.messages else None,
             },
             indent=1,
             ensure_ascii=False,
@@ -255,12 +386,43 @@ class ConversationStore:
             data = json.loads(text)
             if data.get("format") != "specee-chat-conversation":
                 raise ValueError("not a SpecEE Chat conversation export")
+            tree = data.get("tree")  # version 2: every version; version 1: "messages", one branch
+            items = tree if isinstance(tree, list) else data["messages"]
             messages = [
-                (str(m["role"]), str(m["content"]), dict(m.get("stats", {})), str(m.get("engine", ""))) for m in data["messages"]
+                (
+                    str(m["role"]),
+                    str(m["content"]),
+                    dict(m.get("stats", {})),
+                    str(m.get("engine", "")),
+                    str(m.get("finish", "")),
+                    _parent_index(m, i) if isinstance(tree, list) else i - 1,
+                )
+                for i, m in enumerate(items)
             ]
+            leaf = data.get("leaf") if isinstance(tree, list) else len(messages) - 1
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"cannot import this file: {exc}") from None
         conv = self.create(str(data.get("title") or "Imported chat"), str(data.get("system_prompt", "")), data.get("settings"))
-        for role, content, stats, engine in messages:
-            self.append(conv.id, role, content, True, stats, engine)
+        ids: list[int] = []
+        for role, content, stats, engine, finish, parent in messages:
+            ids.append(self.append(conv.id, role, content, True, stats, engine, parent=ids[parent] if parent >= 0 else None))
+            if finish:
+                self.update_message(ids[-1], content, True, finish=finish)
+        if ids:
+            self.select(conv.id, ids[leaf] if isinstance(leaf, int) and 0 <= leaf < len(ids) else ids[-1])
         return self.get(conv.id)
+
+
+def _parent_index(m: dict, i: int) -> int:
+    """An exported message's parent: an earlier message's index, or -1 for a first message."""
+    parent = m.get("parent")
+    if parent is None:
+        return -1
+    if not isinstance(parent, int) or not 0 <= parent < i:
+        raise ValueError(f"message {i} names a parent ({parent!r}) that does not come before it")
+    return parent
+
+
+def _fts_query(query: str) -> str:
+    """query's words as an FTS5 query of prefixes ("" when it has none)."""
+    return " ".join(f'"{w}"*' for w in query.replace('"', " ").split() if w)
