@@ -23,6 +23,7 @@ from engine.models.library import (
     on_disk,
     repair_source,
     scan_models_folder,
+    weights_to_delete,
 )
 from engine.models.registry import ModelRecord, ModelRegistry
 from engine.paths import models_dir
@@ -99,6 +100,12 @@ def test_delete_removes_the_file_its_entry_and_its_acceleration_folder(
     (neighbour / "manifest.json").write_text(json.dumps({"target_sha256": "0" * 64}))
     [listed] = installed_models()
     assert listed.acceleration_dir == weights and listed.weights.startswith("EAGLE")
+    twin = models_dir() / "twin.gguf"  # another copy of the same file uses the same weights
+    shutil.copyfile(model_path, twin)
+    twin_record = import_gguf(twin)
+    assert weights_to_delete(record) is None
+    assert delete_model(twin_record) == [twin] and weights.is_dir()
+    assert weights_to_delete(record) == weights
     removed = delete_model(record)
     assert copy in removed and weights in removed
     assert not copy.exists() and not weights.exists() and neighbour.is_dir()

@@ -169,19 +169,30 @@ def scan_models_folder(folder: Path | None = None, registry: ModelRegistry | Non
     return out
 
 
+def weights_to_delete(record: ModelRecord, registry: ModelRegistry | None = None) -> Path | None:
+    """The acceleration folder that deleting this model deletes: its weights trained or imported
+    here (shipped weights never), unless another registered copy of the same file still uses them."""
+    if not record.sha256:
+        return None
+    folder = acceleration_folder(Path(record.path), record.sha256)
+    if not folder.is_dir() or folder.resolve().parent != user_weights_dir().resolve():
+        return None
+    others = [m for m in (registry or ModelRegistry()).all() if m.id != record.id and m.sha256 == record.sha256]
+    return None if others else folder
+
+
 def delete_model(record: ModelRecord, registry: ModelRegistry | None = None) -> list[Path]:
-    """Delete a model: its file (and an unfinished download of it), its registry entry, and the
-    folder of acceleration weights trained or imported here for it (shipped weights are never
-    touched). Returns what was removed."""
+    """Delete a model: its file (and an unfinished download of it), its registry entry, and its
+    acceleration folder (weights_to_delete). Returns what was removed."""
     registry = registry or ModelRegistry()
     removed: list[Path] = []
     p = Path(record.path)
-    folder = acceleration_folder(p, record.sha256) if record.sha256 else None
+    folder = weights_to_delete(record, registry)
     for f in (p, partial_path(p)):
         if f.is_file():
             f.unlink()
             removed.append(f)
-    if folder is not None and folder.is_dir() and folder.resolve().parent == user_weights_dir().resolve():
+    if folder is not None:
         shutil.rmtree(folder)
         removed.append(folder)
     registry.remove(record.id)
