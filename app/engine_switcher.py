@@ -7,6 +7,7 @@ and offers a context menu on an endpoint's entry (list its models again, remove 
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QComboBox, QMenu, QWidget
 
 from engine.remote.engine_choice import EngineChoice
@@ -23,7 +24,7 @@ class EngineSwitcher(QComboBox):
         super().__init__(parent)
         self.choice = choice
         self.setAccessibleName("Model")
-        self.setToolTip("The model to chat with (Models… downloads more)")
+        self.setToolTip("The model to chat with (Download models… gets more, My models… manages them)")
         self.setMinimumWidth(300)
         self.activated.connect(self._picked)
         self.view().setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -34,6 +35,8 @@ class EngineSwitcher(QComboBox):
         self.setItemData(self.count() - 1, kind, KIND_ROLE)
         if tooltip:
             self.setItemData(self.count() - 1, tooltip, Qt.ItemDataRole.ToolTipRole)
+        if kind == "damaged":  # reads as a problem, in either theme
+            self.setItemData(self.count() - 1, QColor("#c0392b"), Qt.ItemDataRole.ForegroundRole)
         # wide enough for the longest entry (up to a limit), whichever is selected
         longest = max(self.fontMetrics().horizontalAdvance(self.itemText(i)) for i in range(self.count()))
         self.setMinimumWidth(min(max(300, longest + 72), 520))  # + arrow and padding

@@ -75,7 +75,7 @@ class MainWindow(QMainWindow):
         self.repair_button, self.restart_button, self.local_button = h.repair_button, h.restart_button, h.local_button
         self.serve_switch = ServeSwitch(lambda: (self.model_path, self.settings.mode))
         self.header.add_action(self.serve_switch)
-        places = ("My models…", "Models…", "Settings…", "About")
+        places = ("My models…", "Download models…", "Settings…", "About")
         self.my_models_button, self.models_button, self.settings_button, self.about_button = (button(t) for t in places)
         for b in (self.my_models_button, self.models_button, self.settings_button, self.about_button):
             self.sidebar.add_place(b)

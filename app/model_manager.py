@@ -61,8 +61,8 @@ class ModelManager(QDialog):
 
     def __init__(self, parent=None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(parent)
-        self.setWindowTitle("Models")
-        self.resize(720, 520)
+        self.setWindowTitle("Download models")
+        self.resize(860, 540)
         self.ram = psutil.virtual_memory().total
         self.signals = _Signals()
         self.cancel = threading.Event()
@@ -75,6 +75,9 @@ class ModelManager(QDialog):
         self.repos.setAccessibleName("Models")
         self.files = QListWidget()
         self.files.setAccessibleName("Files")
+        for view in (self.repos, self.files):  # long names and badges wrap instead of being cut
+            view.setWordWrap(True)
+            view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         self.bar = QProgressBar()

@@ -84,7 +84,7 @@ class MyModels(QDialog):
     def __init__(self, choice: EngineChoice, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("My models")
-        self.resize(900, 420)
+        self.resize(980, 440)
         self.choice = choice
         self.models: list[InstalledModel] = []
         self.busy = False
@@ -152,10 +152,7 @@ class MyModels(QDialog):
 
     def _cells(self, m: InstalledModel) -> tuple[str, ...]:
         loaded = m.path == self.choice.local_path and self.choice.local_loaded is not None
-        if m.state == "ok":
-            state = "loaded" if loaded else "ready"
-        else:
-            state = f"{m.state}: {m.why}" + (" · Repair downloads it again" if m.repair else " · Delete removes it")
+        state = ("loaded" if loaded else "ready") if m.state == "ok" else f"{m.state}: {m.why}"
         context = f"{m.n_ctx_train:,} tokens" if m.n_ctx_train else ""
         accel = m.weights + (" (own weights)" if m.acceleration_dir else "") if m.state == "ok" else ""
         return m.record.id, size_text(m.record.size), m.architecture, context, accel, state
@@ -180,6 +177,12 @@ class MyModels(QDialog):
 
     def _update_buttons(self) -> None:
         m = self.selected()
+        if m is not None and m.state != "ok" and not self.busy:  # what is wrong, and the way out
+            way = (
+                f"Repair downloads it again from {m.repair.repo_id}, checked against its sha256; Delete removes it."
+                if m.repair else "It did not come from the hub: Delete removes it from the list (and the file, if any)."
+            )  # fmt: skip
+            self.status.setText(f"{m.record.id} is {m.state}: {m.why}. {way}")
         loaded = m is not None and m.path == self.choice.local_path and self.choice.local_loaded is not None
         self.load_button.setEnabled(m is not None and m.state == "ok" and not loaded and not self.busy)
         self.unload_button.setEnabled(self.choice.local_loaded is not None and not self.busy)

@@ -94,7 +94,8 @@ def test_a_truncated_model_says_why_and_is_repaired_from_the_hub(  # type: ignor
     [dialog] = win.findChildren(MyModels)
     assert win.model_path != str(dest)  # nothing loads a damaged file
     assert dialog.selected_path() == str(dest)
-    assert "damaged: truncated: 40 MB of 98 MB present · Repair downloads it again" in dialog.row_text(str(dest))
+    assert dialog.row_text(str(dest)).endswith("| damaged: truncated: 40 MB of 98 MB present")
+    assert f"Repair downloads it again from {REPO}" in dialog.status.text()
     assert dialog.repair_button.isEnabled() and dialog.delete_button.isEnabled() and not dialog.load_button.isEnabled()
     with HubServer() as hub:
         hub.add_repo(REPO, {dest.name: model_path})
