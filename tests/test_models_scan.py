@@ -179,3 +179,25 @@ def test_hf_hub_offline_is_honoured_without_asking_the_network(monkeypatch: pyte
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(socket, "getaddrinfo", lambda *_a, **_k: pytest.fail("the network was asked"))
     _fails_in_words(lambda: search_gguf_repos("qwen"), monkeypatch, 1.0)
+
+
+def test_the_cli_says_why_a_model_is_damaged_and_a_moved_file_keeps_its_entry(
+    model_path: Path, isolated_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.cli import main as cli
+
+    copy = tmp_path / "mine.gguf"
+    shutil.copyfile(model_path, copy)
+    assert cli(["models", "add", str(copy)]) == 0
+    with copy.open("r+b") as fh:
+        fh.truncate(10_000_000)
+    capsys.readouterr()
+    assert cli(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "DAMAGED" in out and "truncated: 10 MB of 98 MB present" in out
+    moved = tmp_path / "elsewhere" / "mine.gguf"  # the same model, moved: one entry, at its new place
+    moved.parent.mkdir()
+    shutil.copyfile(model_path, moved)
+    copy.unlink()
+    assert cli(["models", "add", str(moved)]) == 0
+    assert [(m.id, m.path) for m in ModelRegistry().all()] == [("mine", str(moved))]

@@ -118,8 +118,12 @@ def installed_models(registry: ModelRegistry | None = None) -> list[InstalledMod
 
 
 def _free_id(stem: str, sha: str, registry: ModelRegistry, path: str) -> str:
-    taken = {m.id: m.path for m in registry.all()}
-    return stem if taken.get(stem, path) == path else f"{stem}-{sha[:8]}"
+    """The file's stem, unless another file holds it: then stem-<sha256[:8]>. The same model moved
+    (its old path gone, the same hash) keeps its entry."""
+    holder = registry.get(stem)
+    if holder is None or holder.path == path or (holder.sha256 == sha and not Path(holder.path).exists()):
+        return stem
+    return f"{stem}-{sha[:8]}"
 
 
 def import_gguf(path: str | Path, registry: ModelRegistry | None = None, source: str = "local") -> ModelRecord:
