@@ -348,7 +348,8 @@ class MainWindow(QMainWindow):
         elif isinstance(msg, p.Error):
             self._show_error(msg.kind, msg.message)
         elif isinstance(msg, p.Unloaded):  # My models' Unload: the memory is free, nothing answers
-            self.model_loaded, self.loaded = False, None
+            self.model_loaded, self.loaded, self.decided = False, None, None
+            self.header.show_acceleration(None, None)
             self.panel.set_busy(False)
             self.status.set_status("No model loaded: pick one in the switcher or in My models", "")
         else:

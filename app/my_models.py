@@ -194,7 +194,7 @@ class MyModels(QDialog):
 
     def on_engine_event(self, msg: p.Message) -> None:
         """A model loaded or unloaded: which row reads "loaded" changes."""
-        if isinstance(msg, p.Loaded | p.Unloaded) and not self.busy:
+        if isinstance(msg, p.Loaded | p.Unloaded) and self.isVisible() and not self.busy:
             self.refresh()
 
     # -- what the user asks ----------------------------------------------------------------------------
@@ -295,6 +295,7 @@ class MyModels(QDialog):
 def open_my_models(window: Any, select: str = "") -> MyModels:
     """My models over the window: the switcher lists what it changes, and its rows follow the engine."""
     dialog = MyModels(window.choice, window)
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # each opening is a fresh list
     dialog.changed.connect(window.refresh_models)
     window.bridge.event.connect(dialog.on_engine_event)  # a bound slot: disconnected with the dialog
     if select:

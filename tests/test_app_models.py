@@ -151,6 +151,7 @@ def test_my_models_loads_unloads_imports_and_deletes(  # type: ignore[no-untyped
         dialog.unload_button.click()
         qtbot.waitUntil(lambda: not win.model_loaded and dialog.row_text(str(first)).endswith("| ready"), timeout=30_000)
         assert "No model loaded" in win.state_label.text() and not win.send_button.isEnabled()
+        assert win.accel_badge.text() == ""  # the unloaded model's mode and speed are not shown
         assert not dialog.unload_button.isEnabled() and dialog.load_button.isEnabled()
         # Import GGUF…: a file elsewhere, registered where it lies
         elsewhere = tmp_path / "elsewhere" / "second.gguf"
