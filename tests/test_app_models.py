@@ -233,3 +233,26 @@ def test_the_model_manager_offline_shows_the_catalog_and_what_is_installed(qtbot
     assert "Errno" not in shown and "Import GGUF" in shown and "installed models" in shown
     assert not dialog.download_button.text().startswith("Resume")
     QApplication.processEvents()
+
+
+def test_a_catalog_file_downloads_verified_by_the_hubs_hash(  # type: ignore[no-untyped-def]
+    qtbot, isolated_data: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog's file (shown without the network) downloads with the sha256 the hub lists, then
+    reads "Installed" and can be used."""
+    name = "smollm2-360m-instruct-q8_0.gguf"
+    with HubServer() as hub:
+        hub.add_repo("HuggingFaceTB/SmolLM2-360M-Instruct-GGUF", {name: model_path})
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr("engine.models.download._token", lambda: None)
+        dialog = ModelManager()
+        qtbot.addWidget(dialog)
+        rows = {dialog.repos.item(i).text().split(" — ")[0]: i for i in range(dialog.repos.count())}
+        dialog.repos.setCurrentRow(rows["SmolLM2 360M Instruct (Q8_0)"])
+        assert dialog.download_button.text() == "Download (0.39 GB)"
+        dialog.download_button.click()
+        qtbot.waitUntil(lambda: dialog.download_button.text() == "Installed", timeout=60_000)
+    assert "sha256 verified" in dialog.status.text() and dialog.use_button.isEnabled()
+    record = ModelRegistry().get(Path(name).stem)
+    assert record is not None and record.sha256 == hub.repos["HuggingFaceTB/SmolLM2-360M-Instruct-GGUF"].sha[name]
+    assert "installed" in dialog.repos.item(rows["SmolLM2 360M Instruct (Q8_0)"]).text()
