@@ -36,7 +36,7 @@ from engine.models.download import (
     partial_path,
     search_gguf_repos,
 )
-from engine.models.library import hub_catalog, on_disk
+from engine.models.library import file_problem, hub_catalog, on_disk
 from engine.models.memory import fits
 from engine.models.registry import ModelRegistry
 
@@ -182,6 +182,9 @@ class ModelManager(QDialog):
     def _file_text(self, f: HubFile) -> str:
         if on_disk(f.filename) is not None:
             return f"{f.filename} — {_gb(f.size)} · installed"
+        damaged = on_disk(f.filename, damaged=True)
+        if damaged is not None:
+            return f"{f.filename} — {_gb(f.size)} · on disk but {file_problem(damaged)}: downloading replaces it"
         have = self._partial_size(f)
         if have:
             return f"{f.filename} — {_gb(f.size)} · {_gb(have)} downloaded, resumes where it stopped"
@@ -207,6 +210,8 @@ class ModelManager(QDialog):
             text, tip = "Download", "Choose a file on the right first"
         elif installed is not None:
             text, tip = "Installed", f"{f.filename} is on this computer: {installed.path}"
+        elif on_disk(f.filename, damaged=True) is not None:
+            text, tip = f"Download again ({_gb(f.size)})", "The copy on disk is damaged: this replaces it"
         elif self._partial_size(f):
             text, tip = f"Resume download ({_gb(self._partial_size(f))} of {_gb(f.size)})", ""
         else:

@@ -203,6 +203,11 @@ def test_the_model_manager_offline_shows_the_catalog_and_what_is_installed(qtbot
     with a raw "[Errno -2]"."""
     name = "smollm2-360m-instruct-q8_0.gguf"
     shutil.copyfile(model_path, models_dir() / name)  # already on disk, never registered
+    damaged = models_dir() / "qwen2.5-0.5b-instruct-q4_k_m.gguf"
+    shutil.copyfile(model_path, damaged)
+    import_gguf(damaged)
+    with damaged.open("r+b") as fh:
+        fh.truncate(10_000_000)
     dialog = ModelManager()
     qtbot.addWidget(dialog)
     dialog.show()
@@ -219,6 +224,10 @@ def test_the_model_manager_offline_shows_the_catalog_and_what_is_installed(qtbot
         and "installed" in dialog.repos.item(rows["SmolLM2 360M Instruct (Q8_0)"]).text()
     )
     assert dialog.use_button.isEnabled() and dialog.downloaded == str(models_dir() / name)
+    dialog.repos.setCurrentRow(rows["Qwen2.5 0.5B Instruct (Q4_K_M)"])
+    assert "on disk but truncated: 10 MB of 98 MB present" in dialog.files.item(0).text()
+    assert dialog.download_button.text() == "Download again (0.49 GB)" and not dialog.use_button.isEnabled()
+    dialog.repos.setCurrentRow(rows["SmolLM2 360M Instruct (Q8_0)"])
     used: list[str] = []
     dialog.use_model.connect(used.append)
     dialog.use_button.click()

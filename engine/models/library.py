@@ -203,10 +203,11 @@ def delete_model(record: ModelRecord, registry: ModelRegistry | None = None) -> 
     return removed
 
 
-def on_disk(filename: str, registry: ModelRegistry | None = None) -> ModelRecord | None:
-    """The registered, intact model stored under this file name (the catalog's files: "installed")."""
+def on_disk(filename: str, registry: ModelRegistry | None = None, damaged: bool = False) -> ModelRecord | None:
+    """The registered, intact model stored under this file name (the catalog's files: "installed");
+    damaged: one whose file is damaged or gone instead (a download replaces it)."""
     name = Path(filename).name.lower()
     for r in (registry or ModelRegistry()).all():
-        if Path(r.path).name.lower() == name and not file_problem(r):
+        if Path(r.path).name.lower() == name and bool(file_problem(r)) == damaged:
             return r
     return None
