@@ -1,11 +1,13 @@
 """The model switcher in the header: every installed model (default, downloaded, added with `specee
-models add`), then each remote endpoint's models, then "Add remote engine…". A view of the engine
+models add`, found in the models folder; read again each time the list opens; a damaged one says so
+and opens My models), then each remote endpoint's models, then "Add remote engine…". A view of the engine
 choice (engine/remote/engine_choice.py): it draws the choice's entries, hands the user's pick to it,
 and offers a context menu on an endpoint's entry (list its models again, remove it)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QComboBox, QMenu, QWidget
 
 from engine.remote.engine_choice import EngineChoice
@@ -16,12 +18,13 @@ KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 
 class EngineSwitcher(QComboBox):
     add_remote = Signal()  # "Add remote engine…" was picked
+    manage = Signal(str)  # a damaged model was picked: My models, to repair or remove it (its path)
 
     def __init__(self, choice: EngineChoice, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.choice = choice
         self.setAccessibleName("Model")
-        self.setToolTip("The model to chat with (Models… downloads more)")
+        self.setToolTip("The model to chat with (Download models… gets more, My models… manages them)")
         self.setMinimumWidth(300)
         self.activated.connect(self._picked)
         self.view().setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -32,9 +35,17 @@ class EngineSwitcher(QComboBox):
         self.setItemData(self.count() - 1, kind, KIND_ROLE)
         if tooltip:
             self.setItemData(self.count() - 1, tooltip, Qt.ItemDataRole.ToolTipRole)
+        if kind == "damaged":  # reads as a problem, in either theme
+            self.setItemData(self.count() - 1, QColor("#c0392b"), Qt.ItemDataRole.ForegroundRole)
         # wide enough for the longest entry (up to a limit), whichever is selected
         longest = max(self.fontMetrics().horizontalAdvance(self.itemText(i)) for i in range(self.count()))
         self.setMinimumWidth(min(max(300, longest + 72), 520))  # + arrow and padding
+
+    def showPopup(self) -> None:
+        """The registry read again as the list opens: models added meanwhile (`specee models add`, a
+        download, a scan) are there, a file damaged meanwhile says so."""
+        self.refresh()
+        super().showPopup()
 
     def refresh(self) -> None:
         """The choice's entries again, the engine answering selected (no pick meanwhile)."""
@@ -66,6 +77,8 @@ class EngineSwitcher(QComboBox):
             self.choice.list_remote_models([name])  # it could not list its models: ask again
         elif kind == "add-remote":
             self.add_remote.emit()
+        elif kind == "damaged":
+            self.manage.emit(target)
         elif target and (target != self.choice.local_path or self.choice.is_remote):
             self.choice.use_local(target)
 

@@ -20,6 +20,7 @@ from app.endpoint_dialog import EndpointDialog
 from app.header import HeaderBar
 from app.model_manager import ModelManager
 from app.model_resolver import ModelResolver
+from app.my_models import MyModels, open_my_models, scan_in_background
 from app.serve_switch import ServeSwitch
 from app.settings_dialog import SettingsDialog
 from app.sidebar import ConversationSidebar
@@ -74,8 +75,9 @@ class MainWindow(QMainWindow):
         self.repair_button, self.restart_button, self.local_button = h.repair_button, h.restart_button, h.local_button
         self.serve_switch = ServeSwitch(lambda: (self.model_path, self.settings.mode))
         self.header.add_action(self.serve_switch)
-        self.models_button, self.settings_button, self.about_button = (button(t) for t in ("Models…", "Settings…", "About"))
-        for b in (self.models_button, self.settings_button, self.about_button):
+        places = ("My models…", "Download models…", "Settings…", "About")
+        self.my_models_button, self.models_button, self.settings_button, self.about_button = (button(t) for t in places)
+        for b in (self.my_models_button, self.models_button, self.settings_button, self.about_button):
             self.sidebar.add_place(b)
         self.pages = QStackedWidget()
         self.pages.addWidget(self.panel)
@@ -104,6 +106,7 @@ class MainWindow(QMainWindow):
             (self.repair_button.clicked, self.repair_default_model), (self.restart_button.clicked, self.start_engine),
             (self.local_button.clicked, lambda: self.model_path and self.switch_model(self.model_path)),
             (self.models_button.clicked, self.open_model_manager), (self.settings_button.clicked, self.open_settings),
+            (self.my_models_button.clicked, self.open_my_models), (self.model_switch.manage, self.open_my_models),
             (self.about_button.clicked, self._about), (self.train_button.clicked, self.train_acceleration),
             (self.sidebar.selected, self.open_conversation), (self.sidebar.new_requested, self.new_conversation),
             (self.model_switch.add_remote, self.open_endpoint_dialog), (self.serve_switch.failed, self._on_serve_failed),
@@ -115,6 +118,7 @@ class MainWindow(QMainWindow):
         for key, slot in (("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer)):
             QShortcut(QKeySequence(key), self, activated=slot)
         self.sidebar.refresh()
+        self.folder_scan = scan_in_background(self, lambda found: found.added and self.refresh_models())  # files copied in
         self.set_theme(theme.current().name)
         # the first keys typed after launch land in the message box (not on "New chat", where Space clicked it)
         self.input.setFocus()
@@ -238,6 +242,9 @@ class MainWindow(QMainWindow):
         dialog.show()
         return dialog
 
+    def open_my_models(self, select: str = "") -> MyModels:
+        return open_my_models(self, select)
+
     def open_settings(self) -> SettingsDialog:
         local = self.choice.is_remote  # the settings are the local model's
         loaded, decided = (self.choice.local_loaded, self.choice.local_decided) if local else (self.loaded, self.decided)
@@ -341,6 +348,11 @@ class MainWindow(QMainWindow):
             self.status.mode_decided(msg)
         elif isinstance(msg, p.Error):
             self._show_error(msg.kind, msg.message)
+        elif isinstance(msg, p.Unloaded):  # My models' Unload: the memory is free, nothing answers
+            self.model_loaded, self.loaded, self.decided = False, None, None
+            self.header.show_acceleration(None, None)
+            self.panel.set_busy(False)
+            self.status.set_status("No model loaded: pick one in the switcher or in My models", "")
         else:
             changed = self.panel.apply(msg)  # the chat's own events: its session matches them
             if isinstance(msg, p.Loaded) and changed == "loaded":

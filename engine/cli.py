@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING
 
 from engine import __version__
 from engine import protocol as p
-from engine.hashing import sha256_file
 from engine.models.default_model import DefaultModelError, ensure_default_model
 from engine.models.gguf_file import ModelFileError, inspect_gguf
-from engine.models.registry import ModelRecord, ModelRegistry
-from engine.models.weights_check import check_weights
+from engine.models.library import file_problem, import_gguf
+from engine.models.registry import ModelRegistry
 from engine.stats_text import accel_summary
 
 if TYPE_CHECKING:
@@ -318,12 +317,10 @@ def cmd_models(args: argparse.Namespace) -> int:
         return _fetch_reference(args.path)
     if args.action == "import-head":
         return _import_head(args)
-    if args.action == "add":
-        path = Path(args.path).expanduser().resolve()
-        info = inspect_gguf(path)
-        check_weights(info)
-        registry.add(ModelRecord(path.stem, str(path), sha256_file(path), path.stat().st_size, "local"))
-        print(f"added {path.stem}: {info.name}, {info.architecture}, {info.n_layer} layers")
+    if args.action == "add":  # the app's Import GGUF… too: the switcher lists it when next opened
+        record = import_gguf(args.path, registry)
+        info = inspect_gguf(record.path)
+        print(f"added {record.id}: {info.name}, {info.architecture}, {info.n_layer} layers")
         return 0
     if args.action == "remove":
         known = [m.id for m in registry.all()]
@@ -338,8 +335,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     if not records:
         print("no models yet; `specee models default` installs the default model")
     for m in records:
-        state = "ok" if m.exists else "MISSING"
-        print(f"{m.id:<40} {m.size / 1e6:>8.1f} MB  {state:<8} {m.path}")
+        problem = file_problem(m)  # damaged or gone: said, as in the app's My models
+        print(f"{m.id:<40} {m.size / 1e6:>8.1f} MB  {'ok' if not problem else 'DAMAGED':<8} {m.path}")
+        if problem:
+            print(f"{'':<40} {problem}")
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import threading
 import time
 import urllib.error
@@ -28,7 +29,7 @@ DISK_MARGIN = 256 << 20  # keep this much free after the download
 
 
 class DownloadError(Exception):
-    """kind: auth | not_found | network | disk | hash | cancelled | bad_request"""
+    """kind: auth | not_found | network | offline | disk | hash | cancelled | bad_request"""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -79,7 +80,85 @@ def _hub_error(exc: Exception, what: str) -> DownloadError:
         return _auth_error(what)
     if status == 404:
         return DownloadError("not_found", f"{what} was not found on the hub (check the name).")
-    return DownloadError("network", f"could not reach the model hub for {what} ({exc}). Check your connection and retry.")
+    why = unreachable()
+    if why:
+        return offline_error(why)
+    reason = plain_reason(exc)
+    return DownloadError("network", f"the model hub did not answer for {what} ({reason}). Check your connection and retry.")
+
+
+# What the app can do without the hub: said wherever the hub cannot be reached
+OFFLINE_HELP = (
+    "What still works: your installed models (My models), GGUF files in the models folder (Scan models "
+    "folder), Import GGUF… for a file elsewhere, and catalog models already on disk."
+)
+PROBE_TIMEOUT = 3.0  # seconds for the hub's address and a connection to it
+
+
+def plain_reason(exc: BaseException) -> str:
+    """An OS or network error in words, without "[Errno -2]"."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # the root cause of a wrapped error
+        seen.add(id(exc))
+        if isinstance(exc, socket.gaierror):
+            return "its address cannot be looked up (no internet connection or no DNS)"
+        if isinstance(exc, ConnectionRefusedError):
+            return "the connection was refused"
+        if isinstance(exc, TimeoutError):
+            return "it did not answer in time"
+        if isinstance(exc, OSError) and exc.strerror:
+            return exc.strerror[0].lower() + exc.strerror[1:]
+        if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+            exc = exc.reason
+            continue
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return "the network failed"
+
+
+def unreachable(timeout: float = PROBE_TIMEOUT) -> str:
+    """Why the hub (HF_ENDPOINT) cannot be reached now, in words, within `timeout` seconds for its
+    address and as long again for a connection; "" when it can. HF_HUB_OFFLINE=1 means offline."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    url = urllib.parse.urlsplit(endpoint())
+    host = url.hostname or ""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    found: list[object] = []
+
+    def look_up() -> None:  # a resolver with no network can take 20 s or more: not waited for
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            found.append(exc)
+
+    t = threading.Thread(target=look_up, name="hub-lookup", daemon=True)
+    t.start()
+    t.join(timeout)
+    if not found:
+        return f"{host} cannot be looked up (no answer in {timeout:.0f} s)"
+    if isinstance(found[0], OSError):
+        return f"{host} cannot be reached: {plain_reason(found[0])}"
+    family, kind, proto, _name, address = found[0][0]  # type: ignore[index]
+    try:
+        with socket.socket(family, kind, proto) as s:
+            s.settimeout(timeout)
+            s.connect(address)
+    except OSError as exc:
+        return f"{host} cannot be reached: {plain_reason(exc)}"
+    return ""
+
+
+def offline_error(why: str) -> DownloadError:
+    return DownloadError(
+        "offline", f"You seem to be offline: {why}. Hugging Face search and downloads need the internet. {OFFLINE_HELP}"
+    )
+
+
+def _require_hub() -> None:
+    """At once, in words, when the hub cannot be reached (instead of a library's retries)."""
+    why = unreachable()
+    if why:
+        raise offline_error(why)
 
 
 def _auth_error(what: str) -> DownloadError:
@@ -91,6 +170,7 @@ def _auth_error(what: str) -> DownloadError:
 
 
 def search_gguf_repos(query: str, limit: int = 20) -> list[str]:
+    _require_hub()
     try:
         return [m.id for m in _api().list_models(search=query, filter="gguf", limit=limit)]
     except Exception as exc:
@@ -98,6 +178,7 @@ def search_gguf_repos(query: str, limit: int = 20) -> list[str]:
 
 
 def list_gguf_files(repo_id: str) -> list[HubFile]:
+    _require_hub()
     try:
         info = _api().model_info(repo_id, files_metadata=True)
     except Exception as exc:
@@ -162,7 +243,12 @@ def download(
         else:
             raise DownloadError("network", f"the hub answered {exc.code} for {f.filename}; retry later.") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise DownloadError("network", f"could not reach the hub ({exc}); the download resumes when you retry.") from None
+        why = unreachable()
+        if why:
+            raise offline_error(why) from None
+        raise DownloadError(
+            "network", f"could not reach the hub ({plain_reason(exc)}); the download resumes when you retry."
+        ) from None
     if resp is not None and have and resp.status != 206:
         digest, have = hashlib.sha256(), 0  # the server ignored Range: start over
     t0, done0 = time.monotonic(), have
@@ -176,7 +262,7 @@ def download(
                     block = resp.read(CHUNK)
                 except (OSError, urllib.error.URLError) as exc:
                     raise DownloadError(
-                        "network", f"the connection dropped ({exc}); the download resumes when you retry."
+                        "network", f"the connection dropped ({plain_reason(exc)}); the download resumes when you retry."
                     ) from None
                 if not block:
                     break

@@ -32,6 +32,7 @@ from engine.chats.session import ERROR_TITLES
 from engine.client import EngineClient, EngineError, EventHandler, WorkerClient
 from engine.models.acceleration import installed_weights
 from engine.models.default_model import default_model_path
+from engine.models.library import file_problem
 from engine.models.registry import ModelRegistry
 from engine.remote.client import RemoteClient, display_model
 from engine.remote.endpoints import Endpoint, EndpointError, EndpointRegistry, api_key
@@ -147,7 +148,7 @@ class Entry:
 
     label: str
     target: str
-    kind: str  # "local" | "remote" | "add-remote" | "separator"
+    kind: str  # "local" | "damaged" (a registered file that cannot be used) | "remote" | "add-remote" | "separator"
     tooltip: str = ""
 
 
@@ -264,6 +265,12 @@ class EngineChoice:
         self._on_event(Switched((name, model)))
         self.send(p.Load(model_path=model))
 
+    def unload_local(self) -> None:
+        """The worker frees its model (My models' Unload); its Unloaded follows. A remote engine that
+        answers goes on answering."""
+        self.local_loaded = self.local_decided = None
+        self.send(p.Unload(), local=True)
+
     def stop_restoring(self) -> None:
         """The user chose: the engine used last is not picked over their choice."""
         self._restore = None
@@ -368,20 +375,27 @@ class EngineChoice:
     # -- the switcher's list ---------------------------------------------------------------------------
 
     def entries(self) -> list[Entry]:
-        """Registered models whose files are there (and the local model, registered or not), then each
-        endpoint's models ("gpu-box / qwen2.5-coder") or one entry saying why they could not be listed,
-        then "Add remote engine…"."""
+        """Registered models (one whose file is damaged or gone says so), the local model (registered or
+        not), then each endpoint's models ("gpu-box / qwen2.5-coder") or one entry saying why they could
+        not be listed, then "Add remote engine…"."""
         out: list[Entry] = []
         paths: list[str] = []
         default = str(default_model_path())
         for m in ModelRegistry().all():
-            if m.exists and m.path not in paths:
-                paths.append(m.path)
-                size = f"{m.size / 1e9:.2f} GB" if m.size >= 1e9 else f"{m.size / 1e6:.0f} MB"
-                weights = installed_weights(m)
-                origin = "default" if m.path == default else ORIGINS.get(m.source.split(":", 1)[0], "")
-                label = " · ".join(x for x in (m.id, size, weights, origin) if x)
-                out.append(Entry(label, m.path, "local", f"{m.path}\nsource: {m.source}\n{weights}"))
+            if m.path in paths:
+                continue
+            paths.append(m.path)
+            problem = file_problem(m)
+            if problem:  # listed, saying why, never silently left out: My models repairs or removes it
+                short = "file missing" if problem.startswith("the file is gone") else problem.split(":")[0]
+                tip = f"{m.path}\n{problem}\nPick it to repair it (download it again) or remove it in My models."
+                out.append(Entry(f"{m.id} · {short} (pick to repair or remove)", m.path, "damaged", tip))
+                continue
+            size = f"{m.size / 1e9:.2f} GB" if m.size >= 1e9 else f"{m.size / 1e6:.0f} MB"
+            weights = installed_weights(m)
+            origin = "default" if m.path == default else ORIGINS.get(m.source.split(":", 1)[0], "")
+            label = " · ".join(x for x in (m.id, size, weights, origin) if x)
+            out.append(Entry(label, m.path, "local", f"{m.path}\nsource: {m.source}\n{weights}"))
         if self.local_path and self.local_path not in paths:
             out.append(Entry(Path(self.local_path).stem, self.local_path, "local", self.local_path))
         if out:
