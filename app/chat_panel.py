@@ -77,6 +77,7 @@ class ChatPanel(QWidget):
             self.composer.preset.setCurrentText(preset)
         self.set_busy(False)
         self.render()
+        self.view.scroll_to_end()  # a chat opens on its last message
         return True
 
     def _on_preset(self, name: str) -> None:
@@ -104,6 +105,7 @@ class ChatPanel(QWidget):
         self.composer.continue_button.setVisible(False)
         self.set_busy(True)
         self.render()
+        self.view.scroll_to_end()  # the question just asked, and its answer as it streams
         return True
 
     def continue_answer(self) -> None:

@@ -208,6 +208,10 @@ class ChatView(QScrollArea):
         self.cards: list[MessageCard] = []
         canvas = QWidget()
         canvas.setObjectName("chatCanvas")
+        # its height is the cards' height at the view's width (heightForWidth), never the layout's
+        # minimum: wrapped labels' minimum heights, taken at a narrower width, ran the scroll range
+        # up to thousands of pixels past the last card, and a long chat opened on an empty pane
+        canvas.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
         self.column = QVBoxLayout()
         self.column.setContentsMargins(0, 18, 0, 18)
         self.column.setSpacing(12)
@@ -226,11 +230,17 @@ class ChatView(QScrollArea):
         outer.addWidget(column_widget, 100)
         outer.addStretch(1)
         self.setWidget(canvas)
+        # Following: while the reader is at the end, the end stays in view as text arrives and the
+        # cards settle (the range grows after this call returns, as labels get their heights); a
+        # reader who scrolled up stays where they are.
+        self.following = True
+        self._moving = False
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_range)
+        bar.valueChanged.connect(self._on_scrolled)
 
     def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "") -> None:
         """Cards for messages (then notices); cards whose text did not change are left alone."""
-        bar = self.verticalScrollBar()
-        at_end, where = bar.value() >= bar.maximum() - 4, bar.value()
         items = [(m["role"], m["content"], message_footer(m)) for m in messages]
         # the engine's words after the chat: an error ("**Title:** what to do") or a notice
         items += [("error" if n.startswith("**") else "notice", n, []) for n in notices]
@@ -247,7 +257,27 @@ class ChatView(QScrollArea):
         self.hint.setText(hint if not items else "")
         self.hint.setVisible(not items and bool(hint))
         self._settle()
-        bar.setValue(bar.maximum() if at_end else where)  # follow the answer, or stay where the reader is
+        if self.following:
+            self._to_end()
+
+    def scroll_to_end(self) -> None:
+        """Show the end and follow it from now on (a chat opened, a question sent)."""
+        self.following = True
+        self._to_end()
+
+    def _to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        self._moving = True
+        bar.setValue(bar.maximum())
+        self._moving = False
+
+    def _on_range(self, _minimum: int, _maximum: int) -> None:
+        if self.following:
+            self._to_end()
+
+    def _on_scrolled(self, value: int) -> None:
+        if not self._moving:  # the reader moved (wheel, keys, the bar): follow only from the end
+            self.following = value >= self.verticalScrollBar().maximum() - 4
 
     def set_dark(self, dark: bool) -> None:
         self.dark = dark
