@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QStackedWidget, QVBoxLayout, QWidget
 
 from app.chat_view import ChatView
 from app.composer import PRESETS, Composer
@@ -30,10 +30,12 @@ class ChatPanel(QWidget):
         self.loaded = False  # a model answers: requests may go out
         self.view = ChatView()
         self.composer = Composer()
+        self.pages = QStackedWidget()  # the conversation, or the first run's welcome in its place
+        self.pages.addWidget(self.view)
         col = QVBoxLayout(self)
         col.setContentsMargins(0, 0, 0, 0)
         col.setSpacing(0)
-        col.addWidget(self.view, 1)
+        col.addWidget(self.pages, 1)
         col.addWidget(self.composer)
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)

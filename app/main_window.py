@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QShowEvent
-from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
 from app import theme
 from app.chat_panel import ChatPanel
@@ -31,7 +31,7 @@ from engine import protocol as p
 from engine.about import about_text
 from engine.chats.session import ChatSession
 from engine.chats.store import ConversationStore
-from engine.models.default_model import default_model_path
+from engine.models.default_model import default_model_path, installed_default_model
 from engine.remote import engine_choice as ec
 from engine.remote.client import display_model
 from engine.settings import load_settings, save_settings
@@ -77,15 +77,15 @@ class MainWindow(QMainWindow):
         self.models_button, self.settings_button, self.about_button = (button(t) for t in ("Models…", "Settings…", "About"))
         for b in (self.models_button, self.settings_button, self.about_button):
             self.sidebar.add_place(b)
-        self.pages = QStackedWidget()
-        self.pages.addWidget(self.panel)
+        # a first run's welcome takes the conversation's place; the message box stays below it
+        self.pages = self.panel.pages
         self.pages.addWidget(self.welcome)
         right = QWidget()
         right_col = QVBoxLayout(right)
         right_col.setContentsMargins(0, 0, 0, 0)
         right_col.setSpacing(0)
         right_col.addWidget(self.header)
-        right_col.addWidget(self.pages, 1)
+        right_col.addWidget(self.panel, 1)
         splitter = QSplitter()
         splitter.setHandleWidth(1)
         splitter.addWidget(self.sidebar)
@@ -151,10 +151,12 @@ class MainWindow(QMainWindow):
         self.panel.set_busy(False)
         self.state_label.setText("Starting the engine…")
         self.choice.start()
-        if self.model_path:
-            self.choice.load(self.model_path)
+        # no model named: the installed default model, loaded at once (no welcome on later starts)
+        path = self.model_path or installed_default_model()
+        if path:
+            self.choice.load(str(path))
             return
-        # first run (or no model chosen yet): nothing to decide, only progress to show
+        # a real first run (the default model is not installed yet): nothing to decide, only progress to show
         self.pages.setCurrentWidget(self.welcome)
         resolver = ModelResolver(self)
         resolver.progress.connect(self.state_label.setText)
@@ -359,7 +361,7 @@ class MainWindow(QMainWindow):
         self.model_loaded = True
         self.loaded, self.decided = msg, None
         self.header.show_acceleration(self.loaded, self.decided, self.remote_tok_s)
-        self.pages.setCurrentWidget(self.panel)  # first run over: straight into the chat
+        self.pages.setCurrentWidget(self.view)  # first run over: straight into the chat
         self.n_ctx = msg.n_ctx
         if not msg.n_ctx:  # a remote engine does not say: the local model's count is not its
             self.context_label.setText("")
