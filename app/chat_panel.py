@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QApplication, QStackedWidget, QVBoxLayout, QWidget
 
 from app.chat_view import ChatView
@@ -51,6 +52,9 @@ class ChatPanel(QWidget):
             (c.system_edit.textChanged, lambda text: setattr(self.chat, "system_prompt", text.strip())),
         ):  # fmt: skip
             signal.connect(slot)
+        for key, action in (("PgUp", "page_up"), ("PgDown", "page_down"), ("Ctrl+Home", "home"), ("Ctrl+End", "end")):
+            shortcut = QShortcut(QKeySequence(key), self, context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.activated.connect(lambda action=action: self.view.scroll_by(action))  # also from the message box
         self.set_busy(False)
         self.render()
 

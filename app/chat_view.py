@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QScrollBar,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
@@ -238,6 +239,9 @@ class ChatView(QScrollArea):
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range)
         bar.valueChanged.connect(self._on_scrolled)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):  # Tab onto a code block's Copy (from the message box too) shows it
+            app.focusChanged.connect(self._on_focus)
 
     def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "") -> None:
         """Cards for messages (then notices); cards whose text did not change are left alone."""
@@ -270,6 +274,18 @@ class ChatView(QScrollArea):
         self._moving = True
         bar.setValue(bar.maximum())
         self._moving = False
+
+    def scroll_by(self, action: str) -> None:
+        """The keyboard's scrolling: "page_up", "page_down", "home" or "end"."""
+        if action == "end":
+            self.scroll_to_end()
+            return
+        step = {"page_up": QScrollBar.SliderAction.SliderPageStepSub, "page_down": QScrollBar.SliderAction.SliderPageStepAdd}
+        self.verticalScrollBar().triggerAction(step.get(action, QScrollBar.SliderAction.SliderToMinimum))
+
+    def _on_focus(self, _old: QWidget | None, new: QWidget | None) -> None:
+        if new is not None and self.widget().isAncestorOf(new):
+            self.ensureWidgetVisible(new, 0, 24)
 
     def _on_range(self, _minimum: int, _maximum: int) -> None:
         if self.following:

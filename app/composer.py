@@ -4,8 +4,8 @@ and Send/Stop. It only draws and says what was asked; the window acts on it."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -34,9 +34,21 @@ def button(text: str, role: str = "") -> QPushButton:
 
 
 class PromptEdit(QPlainTextEdit):
-    """Enter sends, Shift+Enter inserts a newline."""
+    """Enter sends, Shift+Enter inserts a newline. The chat's scrolling keys (PageUp/PageDown,
+    Ctrl+Home/Ctrl+End) are the chat pane's, and Ctrl+Z with nothing of its own to undo is the
+    window's (undo a deleted chat): it lets those shortcuts run instead of taking the keys."""
 
     submitted = Signal()
+    CHAT_KEYS = tuple(QKeySequence(k) for k in ("PgUp", "PgDown", "Ctrl+Home", "Ctrl+End"))
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent):
+            pressed = QKeySequence(event.keyCombination())
+            nothing_to_undo = event.matches(QKeySequence.StandardKey.Undo) and not self.document().isUndoAvailable()
+            if pressed in self.CHAT_KEYS or nothing_to_undo:
+                event.ignore()
+                return True
+        return super().event(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:

@@ -111,8 +111,12 @@ class MainWindow(QMainWindow):
         ):  # fmt: skip
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
-        for key, slot in (("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer)):
+        for key, slot in (
+            ("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer),
+            ("Ctrl+Q", self.close), ("Ctrl+Z", self.sidebar.undo_delete),  # the Undo button's promise, from anywhere
+        ):  # fmt: skip
             QShortcut(QKeySequence(key), self, activated=slot)
+        self.sidebar.chosen.connect(lambda: self.input.setFocus())  # Enter on a chat: ready for the next question
         self.sidebar.refresh()
         self.set_theme(theme.current().name)
         # the first keys typed after launch land in the message box (not on "New chat", where Space clicked it)

@@ -184,4 +184,5 @@ QPlainTextEdit:focus, QLineEdit:focus, QTextBrowser:focus, QListWidget:focus, QC
 #composer QPlainTextEdit:focus {{ border: 2px solid palette(highlight); border-radius: 8px; }}
 #sidebar QListWidget:focus {{ border: 2px solid palette(highlight); border-radius: 8px; }}
 QPushButton:focus {{ border: 2px solid palette(highlight); }}
+QPushButton#primary:focus {{ border: 2px solid {c.text}; }}
 """
