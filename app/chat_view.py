@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.long_text import LongText
+from engine.chats.long_input import is_long
 from engine.chats.render import Segment, highlight_code, message_footer, message_segments
 
 READING_WIDTH = 820  # px: a comfortable line length for prose; the column stays centred
@@ -138,7 +140,10 @@ class MessageCard(QFrame):
     def set_message(self, content: str, footer: list[str]) -> None:
         if content != self.content:
             self.content = content
-            self._set_segments(message_segments(content) or [Segment("text", "…")])
+            if self.role == "user" and is_long(content):  # a paste: collapsed, with "Show all"
+                self._set_segments([Segment("long", content)])
+            else:
+                self._set_segments(message_segments(content) or [Segment("text", "…")])
         if footer != self.footer_lines:
             self.footer_lines = footer
             self.footer.setText("   ·   ".join(footer))
@@ -165,6 +170,8 @@ class MessageCard(QFrame):
                 if seg != old:
                     if isinstance(w, CodeBlock):
                         w.set_segment(seg)
+                    elif isinstance(w, LongText):
+                        w.set_text(seg.text)
                     else:
                         assert isinstance(w, QLabel)
                         w.setText(prose_html(seg.text))
@@ -173,6 +180,8 @@ class MessageCard(QFrame):
     def _widget(self, seg: Segment) -> QWidget:
         if seg.kind == "code":
             return CodeBlock(seg, self.dark)
+        if seg.kind == "long":
+            return LongText(seg.text)
         label = QLabel(prose_html(seg.text))
         label.setObjectName("messageText")
         label.setTextFormat(Qt.TextFormat.RichText)
@@ -187,7 +196,7 @@ class MessageCard(QFrame):
     def plain_text(self) -> str:
         parts = [] if self.role in ("notice", "error") else [self.role_label.text()]
         for seg in self.segments:
-            parts.append(seg.text.rstrip("\n") if seg.kind == "code" else _markdown_to_text(seg.text))
+            parts.append(seg.text.rstrip("\n") if seg.kind in ("code", "long") else _markdown_to_text(seg.text))
         parts += self.footer_lines
         return "\n".join(parts)
 

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
@@ -91,10 +92,20 @@ class Composer(QWidget):
         actions.addStretch()
         actions.addWidget(self.system_edit, 2)
         actions.addWidget(self.preset)
+        # the message's live token count against the room left in the context, or why it will not fit
+        self.count_label = QLabel()
+        self.count_label.setObjectName("countLabel")
+        self.count_label.setAccessibleName("Message length")
+        self.count_label.setWordWrap(True)
+        self.count_label.setVisible(False)
         box = QFrame()
         box.setObjectName("composer")  # the rounded message box of the theme
-        row = QHBoxLayout(box)
-        row.setContentsMargins(8, 6, 8, 6)
+        box_col = QVBoxLayout(box)
+        box_col.setContentsMargins(8, 6, 8, 6)
+        box_col.setSpacing(2)
+        row = QHBoxLayout()
+        box_col.addLayout(row)
+        box_col.addWidget(self.count_label)
         row.addWidget(self.input, 1)
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
@@ -106,6 +117,15 @@ class Composer(QWidget):
         col.setSpacing(8)
         col.addLayout(actions)
         col.addWidget(box)
+
+    def show_count(self, text: str, over: bool) -> None:
+        """The count line: muted, or in the warning colour when the message will not fit."""
+        self.count_label.setText(text)
+        self.count_label.setVisible(bool(text))
+        if self.count_label.property("over") != over:
+            self.count_label.setProperty("over", over)
+            self.count_label.style().unpolish(self.count_label)
+            self.count_label.style().polish(self.count_label)
 
     def set_state(self, busy: bool, loaded: bool, has_answer: bool, has_question: bool) -> None:
         """Which actions apply now: an answer streams (busy), a model answers (loaded), the chat ends

@@ -150,6 +150,9 @@ QMainWindow, #chatPane {{ background: {c.window}; }}
 QPushButton#codeCopy {{ padding: 2px 10px; font-size: 11px; border-radius: 6px; }}
 #composer {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 12px; }}
 #composer QPlainTextEdit {{ background: transparent; border: none; }}
+#countLabel {{ color: {c.muted}; font-size: 11px; }}
+#countLabel[over="true"] {{ color: {c.danger}; }}
+QPlainTextEdit#fullText {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 6px; }}
 QLineEdit, QComboBox {{
     background: {c.surface}; border: 1px solid {c.border}; border-radius: 6px; padding: 4px 8px;
 }}

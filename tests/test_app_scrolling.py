@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QRect
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtWidgets import QPlainTextEdit, QPushButton, QWidget
 
 from app.main_window import MainWindow
 from engine import protocol as p
 from engine.chats.store import ConversationStore
-from tests.test_app import ask, window  # noqa: F401  (the fixture)
+from tests.conftest import loaded_window
+from tests.test_app import ask
 
 # prose with code blocks: the wrapped labels' minimum heights once ran the scroll range ~2,500 px
 # past the last card, more than the whole pane at the default window size
@@ -44,6 +45,13 @@ def shows_the_end(win: MainWindow) -> bool:
 @pytest.fixture
 def store(tmp_path: Path) -> ConversationStore:
     return ConversationStore(tmp_path / "conversations.db")
+
+
+@pytest.fixture
+def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+    """The real window and worker, with a store of its own."""
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32), store=store) as win:
+        yield win
 
 
 def open_window(qtbot, tmp_path: Path, store: ConversationStore) -> MainWindow:  # type: ignore[no-untyped-def]
@@ -80,7 +88,7 @@ def test_a_long_chat_opens_on_its_last_message(qtbot, tmp_path: Path, store: Con
     assert "The end of first." in again.transcript()
 
 
-def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindow) -> None:  # noqa: F811  # type: ignore[no-untyped-def]
+def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
     """A new question and its streaming answer landed below the fold although the reader had not
     scrolled up; scrolled up, the reader stays where they are while the answer streams."""
     window.messages = [{"role": "user", "content": "Explain"}, {"role": "assistant", "content": LONG_ANSWER, "stats": {}}]
@@ -106,3 +114,52 @@ def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindo
     window.bridge.event.disconnect(check)
     assert abs(bar.value() - where) <= 4
     assert len(missed) <= 2, f"the answer's end was out of view at {len(missed)} tokens"
+
+
+# -- long input (item 16) ----------------------------------------------------------------------------
+
+
+def test_the_message_box_counts_its_tokens_against_the_room_left(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """A live token count of the message box, by the worker's tokenizer, against the room the
+    context leaves (the whole prompt the send would make, less the answer's reserve)."""
+    label = window.composer.count_label
+    window.input.setPlainText("What is the capital of France?")
+    qtbot.waitUntil(lambda: window.panel.draft.count is not None, timeout=10_000)
+    count = window.panel.draft.count
+    assert count.n_ctx == window.n_ctx and 5 <= count.n_text <= 12
+    assert f"{count.n_text} tokens" in label.text() and f"{count.n_budget - count.n_prompt:,} left" in label.text()
+    window.input.setPlainText("What is the capital of France? And of Spain, Italy and Portugal?")
+    qtbot.waitUntil(lambda: window.panel.draft.count.n_text > count.n_text, timeout=10_000)  # live
+    window.input.clear()
+    qtbot.waitUntil(lambda: label.text() == "", timeout=5_000)
+
+
+def test_a_huge_paste_warns_before_sending_and_stays_findable(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """After a 200,000-character paste neither the answer nor the "characters were cut" notice could
+    be found. Now: a warning before sending what will not fit (Send again sends anyway), the paste
+    shown collapsed with "Show all", and the answer and the notice in view at the end."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    paste = " ".join(words[i % len(words)] + str(i % 97) for i in range(40_000))[:200_000]
+    window.sampling = p.Sampling.greedy(8)
+    window.input.setPlainText("Summarize this:\n" + paste)
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    warning = window.composer.count_label
+    qtbot.waitUntil(lambda: "will not fit" in warning.text(), timeout=30_000)
+    assert not window.request_id and len(window.input.toPlainText()) > 200_000  # nothing sent, nothing lost
+    assert "cut" in warning.text() and warning.isVisible()
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)  # send anyway
+    assert window.request_id
+    qtbot.waitUntil(lambda: not window.request_id, timeout=120_000)
+    question, answer, *notices = window.view.cards
+    (notice,) = [n for n in notices if "characters were cut" in n.plain_text()]
+    assert question.role == "user" and answer.role == "assistant"
+    qtbot.waitUntil(lambda: shows_the_end(window), timeout=5_000)
+    assert in_view(window, notice) and in_view(window, answer)
+    assert question.height() < window.view.viewport().height()  # collapsed
+    show_all = question.findChild(QPushButton, "showAll")
+    assert show_all is not None and show_all.isVisible() and "200,0" in show_all.text()
+    assert paste[-40:] in window.transcript()  # all of it is there, for copying and search
+    qtbot.mouseClick(show_all, Qt.MouseButton.LeftButton)
+    full = question.findChild(QPlainTextEdit, "fullText")
+    assert full is not None and full.isVisible() and full.toPlainText().endswith(paste[-40:])
+    assert question.height() < 2 * window.view.viewport().height()  # all of it, scrolling in its own box
