@@ -77,8 +77,7 @@ class MainWindow(QMainWindow):
         self.models_button, self.settings_button, self.about_button = (button(t) for t in ("Models…", "Settings…", "About"))
         for b in (self.models_button, self.settings_button, self.about_button):
             self.sidebar.add_place(b)
-        # a first run's welcome takes the conversation's place; the message box stays below it
-        self.pages = self.panel.pages
+        self.pages = self.panel.pages  # a first run's welcome takes the conversation's place, above the message box
         self.pages.addWidget(self.welcome)
         right = QWidget()
         right_col = QVBoxLayout(right)
@@ -111,12 +110,12 @@ class MainWindow(QMainWindow):
         ):  # fmt: skip
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
+        self.sidebar.chosen.connect(lambda: self.input.setFocus())  # Enter on a chat: ready for the next question
         for key, slot in (
             ("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer),
             ("Ctrl+Q", self.close), ("Ctrl+Z", self.sidebar.undo_delete),  # the Undo button's promise, from anywhere
         ):  # fmt: skip
             QShortcut(QKeySequence(key), self, activated=slot)
-        self.sidebar.chosen.connect(lambda: self.input.setFocus())  # Enter on a chat: ready for the next question
         self.sidebar.refresh()
         self.set_theme(theme.current().name)
         # the first keys typed after launch land in the message box (not on "New chat", where Space clicked it)
@@ -391,6 +390,7 @@ class MainWindow(QMainWindow):
         default = self.model_path is None or Path(self.model_path) == default_model_path()
         if kind in (p.ErrorKind.MODEL_FILE, p.ErrorKind.LOAD_FAILED) and default:
             self.repair_button.setVisible(True)  # "download it again" with a button that does it
+        self.pages.setCurrentWidget(self.view)  # a first run that failed: its error card, not "Getting ready…"
         self.panel.fail(kind, message)
 
     def _render(self) -> None:

@@ -163,3 +163,20 @@ def test_send_has_a_visible_focus_ring(qtbot, idle: MainWindow) -> None:  # type
     focused = idle.send_button.grab().toImage()
     edge = [(x, 1) for x in range(4, idle.send_button.width() - 4, 4)]
     assert sum(unfocused.pixelColor(x, y) != focused.pixelColor(x, y) for x, y in edge) > len(edge) // 2
+
+
+def test_a_failed_first_run_shows_why_instead_of_the_welcome(
+    qtbot, isolated_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The default model could not be fetched: the welcome went on saying "Getting ready…" over the
+    error card, which only the status bar's one line hinted at."""
+    monkeypatch.setenv("SPECEE_DEFAULT_MODEL_WHEEL", str(tmp_path / "missing.whl"))
+    win = MainWindow()
+    qtbot.addWidget(win)
+    win.show()
+    win.start_engine()
+    assert win.pages.currentWidget() is win.welcome
+    qtbot.waitUntil(lambda: win.pages.currentWidget() is not win.welcome, timeout=30_000)
+    assert win.view.isVisible() and "missing.whl" in win.transcript()
+    assert win.repair_button.isVisible()  # and the button that fetches it again
+    win.close()
