@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QApplication, QStackedWidget, QVBoxLayout, QWidget
 
 from app.chat_view import ChatView
 from app.composer import PRESETS, Composer
 from engine import protocol as p
+from engine.chats.long_input import DraftRoom, may_be_cut
 from engine.chats.session import ChatSession
 
 EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N starts a new chat, Ctrl+K searches."
@@ -32,15 +34,26 @@ class ChatPanel(QWidget):
         self.pending_continue: tuple = ()  # (chat, answer) Continue was asked for while no model answered
         self.view = ChatView()
         self.composer = Composer()
+        self.pages = QStackedWidget()  # the conversation, or the first run's welcome in its place
+        self.pages.addWidget(self.view)
         col = QVBoxLayout(self)
         col.setContentsMargins(0, 0, 0, 0)
         col.setSpacing(0)
-        col.addWidget(self.view, 1)
+        col.addWidget(self.pages, 1)
         col.addWidget(self.composer)
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.setInterval(50)  # while streaming: redraw at most 20 times a second
         self._render_timer.timeout.connect(self.render)
+        # the message box's token count: asked of the engine once typing pauses (local engines only:
+        # n_ctx 0 means a remote engine, which cannot count)
+        self.n_ctx = 0
+        self.draft = DraftRoom()
+        self._count_timer = QTimer(self, singleShot=True, interval=250)
+        self._count_timer.timeout.connect(self._ask_count)
+        self._send_when_counted = QTimer(self, singleShot=True, interval=5000)  # a send waiting for its count
+        self._send_when_counted.timeout.connect(lambda: self.send_message(counted=False))  # ... not forever
+        self.composer.input.textChanged.connect(self._count_timer.start)
         c = self.composer
         for signal, slot in (
             (c.send_button.clicked, self.send_message), (c.input.submitted, self.send_message),
@@ -52,6 +65,9 @@ class ChatPanel(QWidget):
             (c.system_edit.textChanged, lambda text: setattr(self.chat, "system_prompt", text.strip())),
         ):  # fmt: skip
             signal.connect(slot)
+        for key, action in (("PgUp", "page_up"), ("PgDown", "page_down"), ("Ctrl+Home", "home"), ("Ctrl+End", "end")):
+            shortcut = QShortcut(QKeySequence(key), self, context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.activated.connect(lambda action=action: self.view.scroll_by(action))  # also from the message box
         self.set_busy(False)
         self.render()
 
@@ -67,6 +83,7 @@ class ChatPanel(QWidget):
         self.composer.system_edit.clear()
         self.set_busy(False)
         self.render()
+        self._recount()
         self.composer.input.setFocus()
         return True
 
@@ -82,6 +99,8 @@ class ChatPanel(QWidget):
             self.composer.preset.setCurrentText(preset)
         self.set_busy(False)
         self.render()
+        self.view.scroll_to_end()  # a chat opens on its last message
+        self._recount()
         return True
 
     def _on_preset(self, name: str) -> None:
@@ -91,13 +110,47 @@ class ChatPanel(QWidget):
 
     # -- the user's actions ---------------------------------------------------------------------------
 
-    def send_message(self) -> None:
+    def send_message(self, counted: bool = True) -> None:
+        """Send the message box; one that will not fit the context is counted first and warned about
+        once (the next Send sends it). counted=False: its count never came, send it anyway."""
         if not self.loaded or self.chat.streaming:
             return
+        text = self.composer.input.toPlainText()
+        if counted and self.n_ctx and may_be_cut(text.strip(), self.n_ctx, self.chat.sampling.max_tokens):
+            if self.draft.current(text.strip()) is None:  # pasted just now: count, then decide
+                self._ask_count()
+                self._send_when_counted.start()
+                return
+            warning = self.draft.must_confirm(text.strip())
+            if warning:
+                self.composer.show_count(warning, True)
+                return
+        self._send_when_counted.stop()
         new_chat = self.chat.conv_id is None
-        if self._request(self.chat.send(self.composer.input.toPlainText())):
+        if self._request(self.chat.send(text)):
             self.composer.input.clear()
             self.started.emit(new_chat)
+
+    def _ask_count(self) -> None:
+        text = self.composer.input.toPlainText().strip()
+        if not text or not self.loaded or not self.n_ctx:
+            self.draft.clear()
+            self.composer.show_count("", False)
+            return
+        self._send(self.draft.ask(self.chat.history, text, self.chat.sampling.max_tokens))
+
+    def _recount(self) -> None:
+        """The chat changed (another chat, a new answer): the room left did too."""
+        self.draft.clear()
+        self._count_timer.start()
+
+    def _on_count(self, msg: p.TokenCount) -> None:
+        if not self.draft.on_count(msg):
+            return
+        self.composer.show_count(*self.draft.summary())
+        if self._send_when_counted.isActive():
+            self._send_when_counted.stop()
+            self.send_message()
 
     def _request(self, gen: p.Generate | None) -> bool:
         """Send what the session asks for; the view follows."""
@@ -110,6 +163,7 @@ class ChatPanel(QWidget):
             return False
         self.set_busy(True)
         self.render()
+        self.view.scroll_to_end()  # the question just asked, and its answer as it streams
         return True
 
     def continue_answer(self) -> None:
@@ -192,7 +246,13 @@ class ChatPanel(QWidget):
 
     def apply(self, msg: p.Message) -> str:
         """One event into the session, the view following; returns what changed (ChatSession.on_event)."""
+        if isinstance(msg, p.TokenCount):
+            self._on_count(msg)
+            return ""
         changed = self.chat.on_event(msg)
+        if isinstance(msg, p.Loaded) and changed == "loaded":
+            self.n_ctx = msg.n_ctx  # 0 from a remote engine: no count
+            self._recount()
         if changed == "token" and not self._render_timer.isActive():
             self._render_timer.start()
         elif changed == "notice":
@@ -200,6 +260,7 @@ class ChatPanel(QWidget):
         elif changed == "done":
             self.set_busy(False)
             self.render()
+            self._recount()  # the chat grew: less room for what is being written
         return changed
 
     def fail(self, kind: str, message: str) -> None:

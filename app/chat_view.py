@@ -14,12 +14,15 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QScrollBar,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
 
+from app.long_text import LongText
 from app.message_actions import MessageActions
+from engine.chats.long_input import is_long
 from engine.chats.render import Segment, highlight_code, message_footer, message_segments
 from engine.chats.session import message_version
 
@@ -144,7 +147,10 @@ class MessageCard(QFrame):
     def set_message(self, content: str, footer: list[str]) -> None:
         if content != self.content:
             self.content = content
-            self._set_segments(message_segments(content) or [Segment("text", "…")])
+            if self.role == "user" and is_long(content):  # a paste: collapsed, with "Show all"
+                self._set_segments([Segment("long", content)])
+            else:
+                self._set_segments(message_segments(content) or [Segment("text", "…")])
             if self.actions is not None:
                 self.actions.copy_button.setText("Copy")  # another message (or more of it) since the last copy
         if footer != self.footer_lines:
@@ -173,6 +179,8 @@ class MessageCard(QFrame):
                 if seg != old:
                     if isinstance(w, CodeBlock):
                         w.set_segment(seg)
+                    elif isinstance(w, LongText):
+                        w.set_text(seg.text)
                     else:
                         assert isinstance(w, QLabel)
                         w.setText(prose_html(seg.text))
@@ -181,6 +189,8 @@ class MessageCard(QFrame):
     def _widget(self, seg: Segment) -> QWidget:
         if seg.kind == "code":
             return CodeBlock(seg, self.dark)
+        if seg.kind == "long":
+            return LongText(seg.text)
         label = QLabel(prose_html(seg.text))
         label.setObjectName("messageText")
         label.setTextFormat(Qt.TextFormat.RichText)
@@ -195,7 +205,7 @@ class MessageCard(QFrame):
     def plain_text(self) -> str:
         parts = [] if self.role in ("notice", "error") else [self.role_label.text()]
         for seg in self.segments:
-            parts.append(seg.text.rstrip("\n") if seg.kind == "code" else _markdown_to_text(seg.text))
+            parts.append(seg.text.rstrip("\n") if seg.kind in ("code", "long") else _markdown_to_text(seg.text))
         parts += self.footer_lines
         return "\n".join(parts)
 
@@ -221,6 +231,10 @@ class ChatView(QScrollArea):
         self.cards: list[MessageCard] = []
         canvas = QWidget()
         canvas.setObjectName("chatCanvas")
+        # its height is the cards' height at the view's width (heightForWidth), never the layout's
+        # minimum: wrapped labels' minimum heights, taken at a narrower width, ran the scroll range
+        # up to thousands of pixels past the last card, and a long chat opened on an empty pane
+        canvas.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
         self.column = QVBoxLayout()
         self.column.setContentsMargins(0, 18, 0, 18)
         self.column.setSpacing(12)
@@ -239,11 +253,20 @@ class ChatView(QScrollArea):
         outer.addWidget(column_widget, 100)
         outer.addStretch(1)
         self.setWidget(canvas)
+        # Following: while the reader is at the end, the end stays in view as text arrives and the
+        # cards settle (the range grows after this call returns, as labels get their heights); a
+        # reader who scrolled up stays where they are.
+        self.following = True
+        self._moving = False
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_range)
+        bar.valueChanged.connect(self._on_scrolled)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):  # Tab onto a code block's Copy (from the message box too) shows it
+            app.focusChanged.connect(self._on_focus)
 
     def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "") -> None:
         """Cards for messages (then notices); cards whose text did not change are left alone."""
-        bar = self.verticalScrollBar()
-        at_end, where = bar.value() >= bar.maximum() - 4, bar.value()
         items = [(m["role"], m["content"], message_footer(m)) for m in messages]
         # the engine's words after the chat: an error ("**Title:** what to do") or a notice
         items += [("error" if n.startswith("**") else "notice", n, []) for n in notices]
@@ -263,7 +286,39 @@ class ChatView(QScrollArea):
         self.hint.setText(hint if not items else "")
         self.hint.setVisible(not items and bool(hint))
         self._settle()
-        bar.setValue(bar.maximum() if at_end else where)  # follow the answer, or stay where the reader is
+        if self.following:
+            self._to_end()
+
+    def scroll_to_end(self) -> None:
+        """Show the end and follow it from now on (a chat opened, a question sent)."""
+        self.following = True
+        self._to_end()
+
+    def _to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        self._moving = True
+        bar.setValue(bar.maximum())
+        self._moving = False
+
+    def scroll_by(self, action: str) -> None:
+        """The keyboard's scrolling: "page_up", "page_down", "home" or "end"."""
+        if action == "end":
+            self.scroll_to_end()
+            return
+        step = {"page_up": QScrollBar.SliderAction.SliderPageStepSub, "page_down": QScrollBar.SliderAction.SliderPageStepAdd}
+        self.verticalScrollBar().triggerAction(step.get(action, QScrollBar.SliderAction.SliderToMinimum))
+
+    def _on_focus(self, _old: QWidget | None, new: QWidget | None) -> None:
+        if new is not None and self.widget().isAncestorOf(new):
+            self.ensureWidgetVisible(new, 0, 24)
+
+    def _on_range(self, _minimum: int, _maximum: int) -> None:
+        if self.following:
+            self._to_end()
+
+    def _on_scrolled(self, value: int) -> None:
+        if not self._moving:  # the reader moved (wheel, keys, the bar): follow only from the end
+            self.following = value >= self.verticalScrollBar().maximum() - 4
 
     def set_dark(self, dark: bool) -> None:
         self.dark = dark

@@ -5,8 +5,8 @@ and Send/Stop. It only draws and says what was asked; the window acts on it."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -36,9 +36,21 @@ def button(text: str, role: str = "") -> QPushButton:
 
 
 class PromptEdit(QPlainTextEdit):
-    """Enter sends, Shift+Enter inserts a newline."""
+    """Enter sends, Shift+Enter inserts a newline. The chat's scrolling keys (PageUp/PageDown,
+    Ctrl+Home/Ctrl+End) are the chat pane's, and Ctrl+Z with nothing of its own to undo is the
+    window's (undo a deleted chat): it lets those shortcuts run instead of taking the keys."""
 
     submitted = Signal()
+    CHAT_KEYS = tuple(QKeySequence(k) for k in ("PgUp", "PgDown", "Ctrl+Home", "Ctrl+End"))
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent):
+            pressed = QKeySequence(event.keyCombination())
+            nothing_to_undo = event.matches(QKeySequence.StandardKey.Undo) and not self.document().isUndoAvailable()
+            if pressed in self.CHAT_KEYS or nothing_to_undo:
+                event.ignore()
+                return True
+        return super().event(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
@@ -93,10 +105,20 @@ class Composer(QWidget):
         actions.addStretch()
         actions.addWidget(self.system_edit, 2)
         actions.addWidget(self.preset)
+        # the message's live token count against the room left in the context, or why it will not fit
+        self.count_label = QLabel()
+        self.count_label.setObjectName("countLabel")
+        self.count_label.setAccessibleName("Message length")
+        self.count_label.setWordWrap(True)
+        self.count_label.setVisible(False)
         box = QFrame()
         box.setObjectName("composer")  # the rounded message box of the theme
-        row = QHBoxLayout(box)
-        row.setContentsMargins(8, 6, 8, 6)
+        box_col = QVBoxLayout(box)
+        box_col.setContentsMargins(8, 6, 8, 6)
+        box_col.setSpacing(2)
+        row = QHBoxLayout()
+        box_col.addLayout(row)
+        box_col.addWidget(self.count_label)
         row.addWidget(self.input, 1)
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
@@ -109,6 +131,15 @@ class Composer(QWidget):
         col.addLayout(actions)
         col.addWidget(self.edit_row)
         col.addWidget(box)
+
+    def show_count(self, text: str, over: bool) -> None:
+        """The count line: muted, or in the warning colour when the message will not fit."""
+        self.count_label.setText(text)
+        self.count_label.setVisible(bool(text))
+        if self.count_label.property("over") != over:
+            self.count_label.setProperty("over", over)
+            self.count_label.style().unpolish(self.count_label)
+            self.count_label.style().polish(self.count_label)
 
     def set_state(
         self, busy: bool, loaded: bool, has_answer: bool, has_question: bool, can_continue: bool = False, editing: str = ""

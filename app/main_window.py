@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QShowEvent
-from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
 from app import theme
 from app.chat_panel import ChatPanel
@@ -32,7 +32,7 @@ from engine import protocol as p
 from engine.about import about_text
 from engine.chats.session import ChatSession
 from engine.chats.store import ConversationStore
-from engine.models.default_model import default_model_path
+from engine.models.default_model import default_model_path, installed_default_model
 from engine.remote import engine_choice as ec
 from engine.remote.client import display_model
 from engine.settings import load_settings, save_settings
@@ -79,15 +79,14 @@ class MainWindow(QMainWindow):
         self.my_models_button, self.models_button, self.settings_button, self.about_button = (button(t) for t in places)
         for b in (self.my_models_button, self.models_button, self.settings_button, self.about_button):
             self.sidebar.add_place(b)
-        self.pages = QStackedWidget()
-        self.pages.addWidget(self.panel)
+        self.pages = self.panel.pages  # a first run's welcome takes the conversation's place, above the message box
         self.pages.addWidget(self.welcome)
         right = QWidget()
         right_col = QVBoxLayout(right)
         right_col.setContentsMargins(0, 0, 0, 0)
         right_col.setSpacing(0)
         right_col.addWidget(self.header)
-        right_col.addWidget(self.pages, 1)
+        right_col.addWidget(self.panel, 1)
         splitter = QSplitter()
         splitter.setHandleWidth(1)
         splitter.addWidget(self.sidebar)
@@ -115,7 +114,11 @@ class MainWindow(QMainWindow):
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
         self.panel.engine_wanted.connect(self._continue_needs_engine)
-        for key, slot in (("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer)):
+        self.sidebar.chosen.connect(lambda: self.input.setFocus())  # Enter on a chat: ready for the next question
+        for key, slot in (
+            ("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer),
+            ("Ctrl+Q", self.close), ("Ctrl+Z", self.sidebar.undo_delete),  # the Undo button's promise, from anywhere
+        ):  # fmt: skip
             QShortcut(QKeySequence(key), self, activated=slot)
         self.sidebar.refresh()
         self.folder_scan = scan_in_background(self, lambda found: found.added and self.refresh_models())  # files copied in
@@ -156,10 +159,12 @@ class MainWindow(QMainWindow):
         self.panel.set_busy(False)
         self.state_label.setText("Starting the engine…")
         self.choice.start()
-        if self.model_path:
-            self.choice.load(self.model_path)
+        # no model named: the installed default model, loaded at once (no welcome on later starts)
+        path = self.model_path or installed_default_model()
+        if path:
+            self.choice.load(str(path))
             return
-        # first run (or no model chosen yet): nothing to decide, only progress to show
+        # a real first run (the default model is not installed yet): nothing to decide, only progress to show
         self.pages.setCurrentWidget(self.welcome)
         resolver = ModelResolver(self)
         resolver.progress.connect(self.state_label.setText)
@@ -372,7 +377,7 @@ class MainWindow(QMainWindow):
         self.model_loaded = True
         self.loaded, self.decided = msg, None
         self.header.show_acceleration(self.loaded, self.decided, self.remote_tok_s)
-        self.pages.setCurrentWidget(self.panel)  # first run over: straight into the chat
+        self.pages.setCurrentWidget(self.view)  # first run over: straight into the chat
         self.n_ctx = msg.n_ctx
         if not msg.n_ctx:  # a remote engine does not say: the local model's count is not its
             self.context_label.setText("")
@@ -407,6 +412,7 @@ class MainWindow(QMainWindow):
         default = self.model_path is None or Path(self.model_path) == default_model_path()
         if kind in (p.ErrorKind.MODEL_FILE, p.ErrorKind.LOAD_FAILED) and default:
             self.repair_button.setVisible(True)  # "download it again" with a button that does it
+        self.pages.setCurrentWidget(self.view)  # a first run that failed: its error card, not "Getting ready…"
         self.panel.fail(kind, message)
 
     def _render(self) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeySequence
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QLineEdit,
@@ -25,6 +25,7 @@ from engine.chats.store import ConversationStore, StoreError
 
 class ConversationSidebar(QWidget):
     selected = Signal(str)  # conversation id
+    chosen = Signal(str)  # ... opened with Enter (from the search box or the list): the user goes on typing
     new_requested = Signal()
     deleted = Signal(str)
 
@@ -68,6 +69,8 @@ class ConversationSidebar(QWidget):
         self.list.itemChanged.connect(self._on_renamed)
         self.list.customContextMenuRequested.connect(self._menu)
         self._filling = False
+        self.search.installEventFilter(self)  # Down goes to the results, Enter opens one
+        self.list.installEventFilter(self)
 
     def add_place(self, widget: QWidget) -> None:
         """A button to one of the app's places (Models, Settings, About), under the conversations."""
@@ -121,6 +124,26 @@ class ConversationSidebar(QWidget):
             self.list.editItem(item)
         else:
             super().keyPressEvent(event)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        editing = self.list.state() == QListWidget.State.EditingState  # Enter ends a rename there
+        if event.type() != QEvent.Type.KeyPress or not isinstance(event, QKeyEvent) or editing:
+            return False
+        key = event.key()
+        if watched is self.search and key == Qt.Key.Key_Down and self.list.count():
+            self.list.setFocus()
+            if self.list.currentRow() < 0:
+                self.list.setCurrentRow(0)
+            return True
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.list.count() and watched in (self.search, self.list):
+            if self.list.currentRow() < 0:
+                self.list.setCurrentRow(0)  # opens it
+            conv_id = self.current_id()
+            if conv_id:
+                self.selected.emit(conv_id)  # (the window ignores the chat already open)
+                self.chosen.emit(conv_id)
+            return True
+        return False
 
     def export(self, conv_id: str, kind: str, path: str | None = None) -> None:
         title = self.store.get(conv_id).title

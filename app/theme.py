@@ -158,6 +158,9 @@ QPushButton#cardAction:focus {{ border: 1px solid palette(highlight); }}
 #cardVersion, #editNote {{ color: {c.muted}; font-size: 11px; }}
 #composer {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 12px; }}
 #composer QPlainTextEdit {{ background: transparent; border: none; }}
+#countLabel {{ color: {c.muted}; font-size: 11px; }}
+#countLabel[over="true"] {{ color: {c.danger}; }}
+QPlainTextEdit#fullText {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 6px; }}
 QLineEdit, QComboBox {{
     background: {c.surface}; border: 1px solid {c.border}; border-radius: 6px; padding: 4px 8px;
 }}
@@ -192,4 +195,5 @@ QPlainTextEdit:focus, QLineEdit:focus, QTextBrowser:focus, QListWidget:focus, QC
 #composer QPlainTextEdit:focus {{ border: 2px solid palette(highlight); border-radius: 8px; }}
 #sidebar QListWidget:focus {{ border: 2px solid palette(highlight); border-radius: 8px; }}
 QPushButton:focus {{ border: 2px solid palette(highlight); }}
+QPushButton#primary:focus {{ border: 2px solid {c.text}; }}
 """

