@@ -95,7 +95,7 @@ def test_page_keys_and_ctrl_home_end_scroll_the_chat_from_the_message_box(
 
 def test_tab_reaches_a_code_blocks_copy_and_shows_it(qtbot, idle: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
     """The first answer's code block is far above the end the chat opens on: Tab from the message
-    box lands on its Copy, which scrolls into view, and Space copies."""
+    box reaches its Copy (past the cards' own Copy and Edit), which scrolls into view, and Space copies."""
     conv = long_chat(store, code_first=True)
     idle.sidebar.refresh()
     idle.sidebar.select(conv)
@@ -103,7 +103,7 @@ def test_tab_reaches_a_code_blocks_copy_and_shows_it(qtbot, idle: MainWindow, st
     qtbot.waitUntil(lambda: bar.maximum() > 3000 and bar.value() == bar.maximum())
     idle.input.setFocus()
     copy = idle.view.code_blocks()[0].copy_button
-    for _ in range(3):
+    for _ in range(12):
         qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
         if QApplication.focusWidget() is copy:
             break

@@ -88,11 +88,12 @@ def test_a_long_chat_opens_on_its_last_message(qtbot, tmp_path: Path, store: Con
     assert "The end of first." in again.transcript()
 
 
-def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
     """A new question and its streaming answer landed below the fold although the reader had not
     scrolled up; scrolled up, the reader stays where they are while the answer streams."""
-    window.messages = [{"role": "user", "content": "Explain"}, {"role": "assistant", "content": LONG_ANSWER, "stats": {}}]
-    window._render()
+    conv = long_chat(store)
+    window.sidebar.refresh()
+    window.sidebar.select(conv)
     bar = window.view.verticalScrollBar()
     bar.setValue(bar.maximum() // 3)  # the reader scrolled up to read ...
     window.sampling = p.Sampling.greedy(120)

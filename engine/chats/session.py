@@ -189,8 +189,8 @@ class ChatSession:
         if self.conv_id is None:
             title = " ".join(text.split())[:48] or "New chat"
             self.conv_id = store.create(title, self.system_prompt, self.settings).id
-        ids = [m["id"] for m in self.messages]
-        if self.editing in ids:
+        ids = [m.get("id") for m in self.messages]  # a message shown but never stored has none
+        if self.editing is not None and self.editing in ids:
             i = ids.index(self.editing)
             store.append(self.conv_id, "user", text, parent=ids[i - 1] if i else None)
         else:
