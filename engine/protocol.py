@@ -22,7 +22,7 @@ from functools import cache
 from typing import Any, ClassVar
 
 # 2: enums checked on decode, Load carries the version and Loaded.acceleration (1: unversioned Load)
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class ProtocolError(ValueError):
@@ -324,6 +324,19 @@ class Cancel(Message):
 
 
 @dataclass
+class CountTokens(Message):
+    """How many tokens `text` would take as the next user message after `messages`: the message
+    box's live count, by the model's own template and tokenizer (the app never loads llama.cpp).
+    The worker answers TokenCount with this request_id."""
+
+    TYPE: ClassVar[str] = "count_tokens"
+    request_id: str = ""
+    messages: list[dict[str, str]] = field(default_factory=list)  # the conversation so far (system prompt first)
+    text: str = ""  # the message being written
+    max_tokens: int = 512  # the answer's length limit (Sampling.max_tokens): Generate keeps room for it
+
+
+@dataclass
 class Unload(Message):
     TYPE: ClassVar[str] = "unload"
 
@@ -436,6 +449,25 @@ class Error(Message):
     request_id: str = ""
     kind: ErrorKind = ErrorKind.INTERNAL
     message: str = ""
+
+
+@dataclass
+class TokenCount(Message):
+    """CountTokens' answer. n_prompt > n_budget: a Generate would leave the oldest messages out or,
+    for a message longer than the room, cut its middle (saying so in a context_trimmed Notice)."""
+
+    TYPE: ClassVar[str] = "token_count"
+    request_id: str = ""
+    n_text: int = 0  # the text's own tokens
+    n_prompt: int = 0  # the whole prompt a Generate of messages + text would build, uncut
+    n_budget: int = 0  # what a prompt may take: the context less the room kept for the answer
+    n_ctx: int = 0
+
+
+def prompt_budget(n_ctx: int, max_tokens: int) -> int:
+    """The tokens a prompt may take: the context less the room kept for the answer, never more
+    than half the context (a long history is worth more than a huge max_tokens rarely used)."""
+    return n_ctx - min(max_tokens, n_ctx // 2)
 
 
 @dataclass

@@ -296,3 +296,18 @@ def test_an_explicit_mode_gets_a_vanilla_reference_measured_without_switching(
         assert done.text == reference.text  # ngram is lossless, and the measurement left no stale cache behind
         again = client.load(model_path, p.Placement(n_ctx=1024), mode="ngram")
         assert not again.measuring and again.measured_tok_s["vanilla"] == decided.measured_tok_s["vanilla"]  # cached
+
+
+def test_count_tokens_counts_the_prompt_a_generate_would_build(worker: WorkerClient) -> None:
+    """The message box's live count (issue 23, item 16): the worker's own template and tokenizer,
+    the very prompt a Generate of that conversation builds, and the room the context leaves for it."""
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"}]
+    question = "What is the capital of France?"
+    worker.send(p.CountTokens("count-1", history, question, max_tokens=16))
+    count = worker.wait_for(p.TokenCount)
+    assert isinstance(count, p.TokenCount) and count.request_id == "count-1"
+    events = list(worker.stream([*history, {"role": "user", "content": question}], p.Sampling.greedy(16)))
+    stats = [m for m in events if isinstance(m, p.Stats)][-1]
+    assert count.n_prompt == stats.n_prompt
+    assert count.n_ctx == 1024 and count.n_budget == 1024 - 16  # Generate keeps max_tokens free for the answer
+    assert 5 <= count.n_text <= 12  # the question's own tokens

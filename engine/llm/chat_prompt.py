@@ -66,10 +66,12 @@ class ChatPrompt:
         tokenize: Callable[[str], list[int]],
         builtin: Callable[[list[dict[str, str]]], str] | None = None,
         builtin_name: str = "",
+        tokenize_plain: Callable[[str], list[int]] | None = None,
     ) -> None:
         self.has_template = bool(template)
         self._formatter = Jinja2ChatFormatter(template or CHATML_FALLBACK, eos_token=eos, bos_token=bos)
         self._tokenize = tokenize
+        self._tokenize_plain = tokenize_plain or tokenize
         # no template of its own: llama.cpp's built-in format for the architecture, when given
         self._builtin = None if template else builtin
         self.format_name = "the model's own template" if template else (builtin_name or "chatml")
@@ -88,10 +90,13 @@ class ChatPrompt:
             # a template that writes the BOS text itself must not get a second one
             return llm.tokenize(text.encode("utf-8"), add_bos=add_bos and not (bos and text.startswith(bos)), special=True)
 
+        def tokenize_plain(text: str) -> list[int]:  # a message's own tokens: no BOS, no special tokens
+            return llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
         if template:
-            return cls(template, bos, eos, tokenize)
+            return cls(template, bos, eos, tokenize, tokenize_plain=tokenize_plain)
         name = builtin_template(_architecture(llm), lambda piece: _vocab_has(llm, piece))
-        return cls(None, bos, eos, tokenize, lambda messages: _apply_builtin(name, messages), name)
+        return cls(None, bos, eos, tokenize, lambda messages: _apply_builtin(name, messages), name, tokenize_plain)
 
     def render(self, messages: list[dict[str, str]]) -> str:
         try:
@@ -140,6 +145,11 @@ class ChatPrompt:
         if len(tokens) > budget:
             raise ChatFormatError(f"the system prompt alone needs more than the {budget} tokens available; shorten it")
         return FittedPrompt(tokens, dropped, True, len(content) - keep)
+
+    def count(self, messages: list[dict[str, str]], text: str) -> tuple[int, int]:
+        """(the text's own tokens, the whole prompt's with the text as the next user message), uncut."""
+        n_text = len(self._tokenize_plain(text)) if text else 0
+        return n_text, len(self._tokenize(self.render([*messages, {"role": "user", "content": text}])))
 
     def fit_text(self, text: str, budget: int) -> FittedPrompt:
         """A raw prompt (text completion): tokenized as is, no template. Nothing of it is cut: which

@@ -135,6 +135,14 @@ def main() -> int:
             except Exception as exc:  # the worker survives any load failure and says so
                 traceback.print_exc()
                 channel.emit(p.Error(kind=p.ErrorKind.INTERNAL, message=f"loading failed: {exc}"))
+        elif isinstance(msg, p.CountTokens):
+            if session is None:
+                channel.emit(p.TokenCount(msg.request_id))  # n_ctx 0: nothing loaded to count with
+                continue
+            try:
+                channel.emit(session.count_tokens(msg))
+            except ChatFormatError as exc:
+                channel.emit(p.Error(msg.request_id, p.ErrorKind.BAD_REQUEST, str(exc)))
         elif isinstance(msg, p.Unload):
             if session is not None:
                 session.close()

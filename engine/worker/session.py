@@ -336,12 +336,18 @@ class EngineSession:
             )
         return note
 
+    def count_tokens(self, req: p.CountTokens) -> p.TokenCount:
+        """The message box's count: the prompt a Generate of req.messages + req.text would build."""
+        n_ctx = self.llm.n_ctx()
+        system = [m for m in req.messages if m.get("role") == "system"][:1]
+        turns = [m for m in req.messages if m.get("role") != "system"]
+        n_text, n_prompt = self.prompt.count(system + turns, req.text)
+        return p.TokenCount(req.request_id, n_text, n_prompt, p.prompt_budget(n_ctx, req.max_tokens), n_ctx)
+
     def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
         s = req.sampling
         n_ctx = self.llm.n_ctx()
-        # Reserve room for the answer, but never more than half the context: a long history is
-        # worth more than a huge max_tokens that will rarely be used.
-        budget = n_ctx - min(s.max_tokens, n_ctx // 2)
+        budget = p.prompt_budget(n_ctx, s.max_tokens)
         if req.prompt:
             fitted = self.prompt.fit_text(req.prompt, budget)
         else:
