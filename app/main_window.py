@@ -51,7 +51,7 @@ class MainWindow(QMainWindow):
         self._shown_once = False
         self.native_info: dict | None = None  # Ready.native of the running worker
         self.store = store or ConversationStore()
-        self.chat = ChatSession(self.store, sampling or p.Sampling(), settings={"preset": "Balanced"})
+        self.chat = ChatSession(self.store, sampling, settings={"preset": "Balanced"})  # None: no length cap
         self.settings = load_settings()
         self.n_ctx = 0
         self.loaded: p.Loaded | None = None  # what the engine in use loaded, as it said it
@@ -301,7 +301,7 @@ class MainWindow(QMainWindow):
     answer = property(lambda self: self.chat.answer)
     history = property(lambda self: self.chat.history, doc="What the model sees: the system prompt, then the chat.")
     messages = property(lambda self: self.chat.messages, lambda self, value: setattr(self.chat, "messages", value))
-    sampling = property(lambda self: self.chat.sampling, lambda self, value: setattr(self.chat, "sampling", value))
+    sampling = property(lambda self: self.chat.sampling, lambda self, value: self.chat.use_sampling(value))
     model_loaded = property(lambda self: self.panel.loaded, lambda self, value: setattr(self.panel, "loaded", value))
 
     def new_conversation(self) -> None:

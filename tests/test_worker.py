@@ -311,3 +311,18 @@ def test_count_tokens_counts_the_prompt_a_generate_would_build(worker: WorkerCli
     assert count.n_prompt == stats.n_prompt
     assert count.n_ctx == 1024 and count.n_budget == 1024 - 16  # Generate keeps max_tokens free for the answer
     assert 5 <= count.n_text <= 12  # the question's own tokens
+
+
+def test_an_answer_with_no_length_limit_runs_until_the_context_is_full(model_path: Path) -> None:
+    """max_tokens 0 (issue 23, item 15: no silent 512 cap): the answer takes the room the context
+    has and ends context_full, which Continue can take further."""
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=256))
+        counting = ", ".join(str(i) for i in range(1, 21)) + ","  # a raw completion that goes on counting
+        client.send(p.Generate("long-1", [], replace(p.Sampling.greedy(), max_tokens=0), prompt=counting))
+        events = list(client.events_of("long-1"))
+        done = events[-1]
+        assert isinstance(done, p.Done)
+        stats = [m for m in events if isinstance(m, p.Stats)][-1]
+        assert done.finish_reason == "context_full", done.text[-200:]
+        assert done.n_generated > 150 and stats.n_prompt + done.n_generated >= 250

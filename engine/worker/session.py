@@ -438,7 +438,7 @@ class EngineSession:
             if cancelled.is_set():
                 finish = p.FinishReason.CANCELLED
                 break
-            if len(out_tokens) >= s.max_tokens:
+            if s.max_tokens and len(out_tokens) >= s.max_tokens:  # 0: until the context is full
                 finish = p.FinishReason.LENGTH
                 break
         gen.close()
