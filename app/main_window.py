@@ -1,9 +1,8 @@
-"""The main window: conversations on the left; on the right the header (engine switcher with its
-acceleration state, Models, Settings, About), the chat as message cards (or, on first run, a welcome
-pane while the default model is prepared) and the composer; the engine's state, context use and the
-speed meter in the status bar. It draws and sends intent: which engine answers (the local worker or
-a remote endpoint) is the engine choice's (engine/remote/engine_choice.py, behind WorkerBridge) and
-a chat's state is ChatSession's (engine/chats/session.py), both Qt-free and shared with `specee chat`."""
+"""The main window: conversations on the left; on the right the header (engine switcher with its acceleration state, Models,
+Settings, About), the chat as message cards (or, on first run, a welcome pane while the default model is prepared) and the
+composer; the engine's state, context use and the speed meter in the status bar. It draws and sends intent: which engine
+answers (the local worker or a remote endpoint) is the engine choice's (engine/remote/engine_choice.py, behind WorkerBridge)
+and a chat's state is ChatSession's (engine/chats/session.py), both Qt-free and shared with `specee chat`."""
 
 from __future__ import annotations
 
@@ -103,15 +102,16 @@ class MainWindow(QMainWindow):
         for signal, slot in (
             (self.repair_button.clicked, self.repair_default_model), (self.restart_button.clicked, self.start_engine),
             (self.local_button.clicked, lambda: self.model_path and self.switch_model(self.model_path)),
+            (self.panel.reload_wanted, lambda: self.model_path and self.switch_model(self.model_path)),
             (self.models_button.clicked, self.open_model_manager), (self.settings_button.clicked, self.open_settings),
             (self.about_button.clicked, self._about), (self.train_button.clicked, self.train_acceleration),
             (self.sidebar.selected, self.open_conversation), (self.sidebar.new_requested, self.new_conversation),
             (self.model_switch.add_remote, self.open_endpoint_dialog), (self.serve_switch.failed, self._on_serve_failed),
             (self.panel.started, self._on_started), (self.panel.refused, lambda why: self.statusBar().showMessage(why, 4000)),
+            (self.panel.engine_wanted, self._continue_needs_engine),
         ):  # fmt: skip
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
-        self.panel.engine_wanted.connect(self._continue_needs_engine)
         for key, slot in (("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer)):
             QShortcut(QKeySequence(key), self, activated=slot)
         self.sidebar.refresh()
@@ -144,7 +144,7 @@ class MainWindow(QMainWindow):
 
     def _load_intent(self, path: str) -> p.Load:
         s = self.settings  # layout "auto": the worker plans where the layers go and says why in Loaded.plan
-        return p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode)
+        return p.Load(path, p.Placement(n_ctx=self.chat.n_ctx or s.n_ctx, n_threads=s.n_threads), mode=s.mode)
 
     def start_engine(self) -> None:
         self.restart_button.setVisible(False)
