@@ -62,6 +62,7 @@ class ChatPanel(QWidget):
         ):  # fmt: skip
             signal.connect(slot)
         self.set_busy(False)
+        self._show_generation()  # the preset box shows the chat's sampling from the start
         self.render()
 
     # -- conversations --------------------------------------------------------------------------------
