@@ -326,3 +326,18 @@ def test_an_answer_with_no_length_limit_runs_until_the_context_is_full(model_pat
         stats = [m for m in events if isinstance(m, p.Stats)][-1]
         assert done.finish_reason == "context_full", done.text[-200:]
         assert done.n_generated > 150 and stats.n_prompt + done.n_generated >= 250
+
+
+def test_continuing_an_answer_that_filled_the_context_goes_on_from_its_latest_part(model_path: Path) -> None:
+    """Continue after context_full (issue 23, item 15): the answer alone no longer fits beside the
+    question, so the model sees the question and the answer's latest part, and says so."""
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=256))
+        answer = ", ".join(str(i) for i in range(1, 301))  # ~900 tokens: far past the 256-token context
+        messages = [{"role": "user", "content": "Count from 1 to 500."}, {"role": "assistant", "content": answer}]
+        events = list(client.stream(messages, p.Sampling.greedy(8), continue_answer=True))
+        done = events[-1]
+        assert isinstance(done, p.Done) and done.n_generated >= 1 and done.finish_reason in ("length", "stop")
+        [notice] = [m for m in events if isinstance(m, p.Notice)]
+        assert "the model now sees the answer without its first" in notice.message
+        assert done.n_prompt <= 256 - 8
