@@ -124,10 +124,18 @@ class ChatPanel(QWidget):
             box.addItem(name)
         box.setCurrentText(name)
         box.blockSignals(False)
-        if self.loaded and self.chat.engine_mode != p.Mode.REMOTE and self.chat.n_ctx != self.loaded_for:
-            self.loaded_for = self.chat.n_ctx
-            self.reload_wanted.emit()
+        self._check_context()
         self._count()
+
+    def load_context(self) -> int:
+        """The context length a local load asks for now: this chat's own (0: the app's), remembered
+        so that a chat asking for another one reloads the model."""
+        self.loaded_for = self.chat.n_ctx
+        return self.loaded_for
+
+    def _check_context(self) -> None:
+        if self.loaded and self.chat.engine_mode != p.Mode.REMOTE and self.chat.n_ctx != self.loaded_for:
+            self.reload_wanted.emit()
 
     def attach_file(self, path: str = "") -> None:
         """A file for the next message (a dialog picks it when none is given): read here, counted by
@@ -201,6 +209,7 @@ class ChatPanel(QWidget):
         if self.pending_continue and self.pending_continue == self._last_answer():
             self.continue_answer()
         self.pending_continue = ()
+        self._check_context()  # the chat shown changed while the model loaded: load it with this one's
         self._count()  # the files are counted again against this model's context
 
     def _last_answer(self) -> tuple:
@@ -276,8 +285,6 @@ class ChatPanel(QWidget):
             self.render()
         elif changed == "count":
             self._show_files()
-        elif changed == "loaded":
-            self.loaded_for = self.chat.n_ctx  # the window loads with the chat's context length
         return changed
 
     def fail(self, kind: str, message: str) -> None:

@@ -144,7 +144,7 @@ class MainWindow(QMainWindow):
 
     def _load_intent(self, path: str) -> p.Load:
         s = self.settings  # layout "auto": the worker plans where the layers go and says why in Loaded.plan
-        return p.Load(path, p.Placement(n_ctx=self.chat.n_ctx or s.n_ctx, n_threads=s.n_threads), mode=s.mode)
+        return p.Load(path, p.Placement(n_ctx=self.panel.load_context() or s.n_ctx, n_threads=s.n_threads), mode=s.mode)
 
     def start_engine(self) -> None:
         self.restart_button.setVisible(False)

@@ -111,4 +111,8 @@ def test_a_chats_own_context_length_loads_the_model_with_it_and_other_chats_get_
     window.new_conversation()  # a chat of the app's context
     qtbot.waitUntil(lambda: window.model_loaded and window.loaded.n_ctx == app_ctx, timeout=120_000)
     window.open_conversation(first)
+    assert not window.model_loaded  # it reloads at once
+    window.new_conversation()  # ... and the chat changes again before it has loaded: the model follows the chat shown
+    qtbot.waitUntil(lambda: window.model_loaded and window.loaded.n_ctx == app_ctx, timeout=120_000)
+    window.open_conversation(first)
     qtbot.waitUntil(lambda: window.model_loaded and window.loaded.n_ctx == 512, timeout=120_000)

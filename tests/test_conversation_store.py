@@ -296,6 +296,7 @@ def test_attachments_go_with_their_message_through_export_import_and_deletion(tm
     pdf = Attachment("paper.pdf", "pdf", 9000, "[page 1]\nAbstract", pages=1)
     q = s.append(c.id, "user", "Summarise", attachments=[pdf, Attachment("a.py", "code", 5, "x = 1", "python")])
     s.append(c.id, "assistant", "It is about x.")
+    assert "Summarise\n\n*Attached: paper.pdf · 1 page*\n\n*Attached: a.py · 5 B*" in s.export_markdown(c.id)
     copy = s.import_json(s.export_json(c.id))
     assert copy.generation == {"temperature": 1.0}
     assert [a.name for a in copy.messages[0].attachments] == ["paper.pdf", "a.py"]

@@ -429,7 +429,8 @@ class ConversationStore:
         if c.system_prompt:
             parts.append(f"*System:* {c.system_prompt}\n")
         for m in c.messages:
-            parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}:**\n\n{m.content}\n")
+            files = "".join(f"\n\n*Attached: {a.label}*" for a in m.attachments)
+            parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}:**\n\n{m.content}{files}\n")
         return "\n".join(parts)
 
     def import_json(self, text: str) -> Conversation:
