@@ -89,11 +89,15 @@ def test_the_generation_dialog_sets_this_chats_controls_and_they_come_back_with_
 def test_values_outside_the_limits_are_refused_in_words_and_change_nothing(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
     before = window.chat.generation
     dialog = open_dialog(qtbot, window)
-    dialog.fields["top_p"].setMinimum(0.0)  # the boxes keep to the limits; past them, the session says why
-    dialog.fields["top_p"].setValue(0.0)
+    dialog.fields["n_ctx"].setValue(100)  # the box allows it; the engine's limits do not
     qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
     assert dialog.isVisible() and dialog.error.isVisible()
-    assert dialog.error.text() == "Top-p must be in (0, 1], got 0.0"
+    assert dialog.error.text() == "Context length must be 0 (the app's setting) or 256..1048576 tokens, got 100"
+    dialog.fields["n_ctx"].setValue(0)
+    dialog.fields["top_p"].setMinimum(0.0)  # the other boxes keep to the limits; past them, the session says why
+    dialog.fields["top_p"].setValue(0.0)
+    qtbot.mouseClick(dialog.ok_button, Qt.MouseButton.LeftButton)
+    assert dialog.isVisible() and dialog.error.text() == "Top-p must be in (0, 1], got 0.0"
     assert window.chat.generation == before
     dialog.reject()
 
