@@ -166,6 +166,7 @@ class ChatPanel(QWidget):
         problem, c = self.chat.attachment_problem, self.chat.count
         fits = f"Fits: {c.n_prompt:,} of the {c.n_budget:,} tokens this message may take" if c and c.n_ctx and not problem else ""
         self.files.show_files(self.chat.attachments, problem or (fits if self.chat.attachments else ""), bool(problem))
+        self.set_busy(self.chat.streaming)  # Send waits for files that fit
 
     # -- the user's actions ---------------------------------------------------------------------------
 
@@ -308,6 +309,8 @@ class ChatPanel(QWidget):
         has_question = any(m["role"] == "user" for m in messages)
         editing = next((m["content"] for m in messages if m.get("id") == self.chat.editing), "") if self.chat.editing else ""
         self.composer.set_state(busy, self.loaded, has_answer, has_question, self.chat.can_continue, editing)
+        if self.chat.attachment_problem:
+            self.composer.send_button.setEnabled(False)
         if self.view.idle == busy:  # the cards' Edit and version pager follow
             self.view.idle = not busy
             self.render()

@@ -67,12 +67,14 @@ def test_a_file_too_big_for_the_context_says_so_before_sending_and_nothing_is_lo
     n_ctx = window.loaded.n_ctx
     assert bar.message.isVisible() and "notes.txt does not fit: with your message it takes" in bar.message.text()
     assert f"{n_ctx:,}-token context leaves" in bar.message.text()
+    assert not window.send_button.isEnabled()
     qtbot.keyClick(window.input, Qt.Key.Key_Return)  # refused before anything is sent
     assert not window.request_id and window.messages == [] and window.input.toPlainText() == "Summarise this"
     assert len(bar.chips) == 1
     remove = bar.chips[0].findChildren(type(bar.attach_button).__mro__[1])[0]  # its ×
     qtbot.mouseClick(remove, Qt.MouseButton.LeftButton)
     assert bar.chips == [] and window.chat.attachments == [] and not bar.message.isVisible()
+    assert window.send_button.isEnabled()
 
 
 def test_binary_and_unreadable_files_say_why_and_change_nothing(qtbot, window: MainWindow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
