@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QVBoxLayout, QWidget
 
 from app.attachment_bar import AttachmentBar
@@ -61,6 +62,7 @@ class ChatPanel(QWidget):
             (self.files.generation_requested, self.open_generation),
         ):  # fmt: skip
             signal.connect(slot)
+        self.setAcceptDrops(True)  # files dropped on the chat are attached
         self.set_busy(False)
         self._show_generation()  # the preset box shows the chat's sampling from the start
         self.render()
@@ -150,6 +152,16 @@ class ChatPanel(QWidget):
             self.files.show_files(self.chat.attachments, str(exc), error=True)
             return
         self._count()
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(url.isLocalFile() for url in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        for url in event.mimeData().urls():
+            if url.isLocalFile():
+                self.attach_file(url.toLocalFile())
+        event.acceptProposedAction()
 
     def detach_file(self, index: int) -> None:
         self.chat.detach(index)

@@ -86,3 +86,17 @@ def test_binary_and_unreadable_files_say_why_and_change_nothing(qtbot, window: M
     window.panel.attach_file(str(tmp_path / "missing.md"))
     assert "missing.md is not there any more" in bar.message.text()
     assert bar.chips == [] and window.input.toPlainText() == "my draft" and window.messages == []
+
+
+def test_files_dropped_on_the_chat_are_attached(qtbot, window: MainWindow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    (tmp_path / "a.py").write_text("print('hi')\n")
+    (tmp_path / "b.md").write_text("# B\n")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(tmp_path / "a.py")), QUrl.fromLocalFile(str(tmp_path / "b.md"))])
+    drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    window.panel.dropEvent(drop)
+    assert [a.name for a in window.chat.attachments] == ["a.py", "b.md"] and len(window.panel.files.chips) == 2
+    assert window.chat.attachments[0].language == "python"
