@@ -5,15 +5,18 @@ sends what the session asks for through `send`, and redraws as the session chang
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QApplication, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import QApplication, QFileDialog, QStackedWidget, QVBoxLayout, QWidget
 
+from app.attachment_bar import AttachmentBar
 from app.chat_view import ChatView
-from app.composer import PRESETS, Composer
+from app.composer import Composer
+from app.generation_dialog import GenerationDialog
 from engine import protocol as p
+from engine.chats.attachments import FILE_FILTER, AttachmentError, read_attachment
+from engine.chats.generation import SAMPLING_PRESETS, Generation
 from engine.chats.long_input import DraftRoom, may_be_cut
 from engine.chats.session import ChatSession
 
@@ -24,6 +27,7 @@ class ChatPanel(QWidget):
     started = Signal(bool)  # a request went out; True: it opened a new conversation
     refused = Signal(str)  # why a chat cannot be left now (an answer streams)
     engine_wanted = Signal()  # Continue was asked while the engine is down: (re)start it, the answer goes on after
+    reload_wanted = Signal()  # the chat asks for another context length than the local model has: load it again
 
     def __init__(self, chat: ChatSession, send: Callable[[p.Message], bool], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -34,12 +38,15 @@ class ChatPanel(QWidget):
         self.pending_continue: tuple = ()  # (chat, answer) Continue was asked for while no model answered
         self.view = ChatView()
         self.composer = Composer()
+        self.files = AttachmentBar()  # Attach file…, the next message's files, Generation…
+        self.loaded_for = 0  # the chat context length (ChatSession.n_ctx) the local model was loaded for
         self.pages = QStackedWidget()  # the conversation, or the first run's welcome in its place
         self.pages.addWidget(self.view)
         col = QVBoxLayout(self)
         col.setContentsMargins(0, 0, 0, 0)
         col.setSpacing(0)
         col.addWidget(self.pages, 1)
+        col.addWidget(self.files)
         col.addWidget(self.composer)
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
@@ -63,12 +70,16 @@ class ChatPanel(QWidget):
             (c.cancel_edit_button.clicked, self.cancel_edit), (self.view.action, self._on_card_action),
             (c.system_edit.editingFinished, lambda: self.chat.set_system_prompt(c.system_edit.text())),
             (c.system_edit.textChanged, lambda text: setattr(self.chat, "system_prompt", text.strip())),
+            (self.files.attach_requested, self.attach_file), (self.files.removed, self.detach_file),
+            (self.files.generation_requested, self.open_generation),
         ):  # fmt: skip
             signal.connect(slot)
         for key, action in (("PgUp", "page_up"), ("PgDown", "page_down"), ("Ctrl+Home", "home"), ("Ctrl+End", "end")):
             shortcut = QShortcut(QKeySequence(key), self, context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
             shortcut.activated.connect(lambda action=action: self.view.scroll_by(action))  # also from the message box
+        self.setAcceptDrops(True)  # files dropped on the chat are attached
         self.set_busy(False)
+        self._show_generation()  # the preset box shows the chat's sampling from the start
         self.render()
 
     # -- conversations --------------------------------------------------------------------------------
@@ -79,8 +90,8 @@ class ChatPanel(QWidget):
             self.refused.emit("Stop the answer (Esc) or let it finish to start a new chat")
             return False
         self._drop_edit_draft(editing)
-        self.chat.settings = {"preset": self.composer.preset.currentText()}
         self.composer.system_edit.clear()
+        self._show_generation()
         self.set_busy(False)
         self.render()
         self._recount()
@@ -94,9 +105,7 @@ class ChatPanel(QWidget):
             return False
         self._drop_edit_draft(editing)
         self.composer.system_edit.setText(self.chat.system_prompt)
-        preset = self.chat.settings.get("preset")
-        if preset in PRESETS:
-            self.composer.preset.setCurrentText(preset)
+        self._show_generation()
         self.set_busy(False)
         self.render()
         self.view.scroll_to_end()  # a chat opens on its last message
@@ -104,9 +113,90 @@ class ChatPanel(QWidget):
         return True
 
     def _on_preset(self, name: str) -> None:
-        temp, top_p = PRESETS[name]
-        self.chat.sampling = replace(self.chat.sampling, temperature=temp, top_p=top_p)
-        self.chat.set_settings({"preset": name})
+        if name in SAMPLING_PRESETS and name != self.chat.generation.preset:
+            self.chat.set_generation(self.chat.generation.with_preset(name))
+
+    # -- the chat's generation controls and files -----------------------------------------------------
+
+    def open_generation(self) -> GenerationDialog:
+        dialog = GenerationDialog(self.chat.generation, self.chat.system_prompt, parent=self)
+
+        def apply(gen: Generation, system: str) -> None:
+            try:
+                self.chat.set_generation(gen)  # the protocol's limits, in words; nothing changes when refused
+            except p.SettingsError as exc:
+                dialog.show_error(str(exc))
+                return
+            self.composer.system_edit.setText(system.strip())
+            self.chat.set_system_prompt(system)
+            dialog.accept()
+            self._show_generation()
+
+        dialog.applied.connect(apply)
+        dialog.show()
+        return dialog
+
+    def _show_generation(self) -> None:
+        """The composer's preset shows the chat's (Custom when its own values are none), the model has its context."""
+        box, name = self.composer.preset, self.chat.generation.preset
+        box.blockSignals(True)
+        if box.findText(name) < 0:
+            box.addItem(name)
+        box.setCurrentText(name)
+        box.blockSignals(False)
+        self._check_context()
+        self._count()
+
+    def load_context(self) -> int:
+        """The context length a local load asks for now: this chat's own (0: the app's), remembered
+        so that a chat asking for another one reloads the model."""
+        self.loaded_for = self.chat.n_ctx
+        return self.loaded_for
+
+    def _check_context(self) -> None:
+        if self.loaded and self.chat.engine_mode != p.Mode.REMOTE and self.chat.n_ctx != self.loaded_for:
+            self.reload_wanted.emit()
+
+    def attach_file(self, path: str = "") -> None:
+        """A file for the next message (a dialog picks it when none is given): read here, counted by
+        the engine; what cannot be read or does not fit says why, and the chat and the draft stay."""
+        if not path:
+            path, _ = QFileDialog.getOpenFileName(self, "Attach a file", "", f"{FILE_FILTER};;All files (*)")
+            if not path:
+                return
+        try:
+            self.chat.attach(read_attachment(path))
+        except AttachmentError as exc:
+            self.files.show_files(self.chat.attachments, str(exc), error=True)
+            return
+        self._count()
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(url.isLocalFile() for url in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        for url in event.mimeData().urls():
+            if url.isLocalFile():
+                self.attach_file(url.toLocalFile())
+        event.acceptProposedAction()
+
+    def detach_file(self, index: int) -> None:
+        self.chat.detach(index)
+        self._count()
+
+    def _count(self) -> None:
+        """Ask the engine whether the files fit (its TokenCount comes back through apply)."""
+        ask = self.chat.count_request(self.composer.input.toPlainText()) if self.loaded else None
+        if ask is not None and not self._send(ask):
+            self.chat.count_id = ""
+        self._show_files()
+
+    def _show_files(self) -> None:
+        problem, c = self.chat.attachment_problem, self.chat.count
+        fits = f"Fits: {c.n_prompt:,} of the {c.n_budget:,} tokens this message may take" if c and c.n_ctx and not problem else ""
+        self.files.show_files(self.chat.attachments, problem or (fits if self.chat.attachments else ""), bool(problem))
+        self.set_busy(self.chat.streaming)  # Send waits for files that fit
 
     # -- the user's actions ---------------------------------------------------------------------------
 
@@ -129,6 +219,7 @@ class ChatPanel(QWidget):
         new_chat = self.chat.conv_id is None
         if self._request(self.chat.send(text)):
             self.composer.input.clear()
+            self._show_files()
             self.started.emit(new_chat)
 
     def _ask_count(self) -> None:
@@ -184,6 +275,8 @@ class ChatPanel(QWidget):
         if self.pending_continue and self.pending_continue == self._last_answer():
             self.continue_answer()
         self.pending_continue = ()
+        self._check_context()  # the chat shown changed while the model loaded: load it with this one's
+        self._count()  # the files are counted again against this model's context
 
     def _last_answer(self) -> tuple:
         return (self.chat.conv_id, self.chat.messages[-1].get("id")) if self.chat.messages else ()
@@ -210,12 +303,14 @@ class ChatPanel(QWidget):
         if text is None:
             return
         self.composer.input.setPlainText(text)
+        self._count()  # its files go with the edit
         self.set_busy(False)
         self.composer.input.setFocus()
 
     def cancel_edit(self) -> None:
         self._drop_edit_draft(self.chat.editing is not None)
         self.chat.cancel_edit()
+        self._count()
         self.set_busy(False)
 
     def _drop_edit_draft(self, editing: bool) -> None:
@@ -246,8 +341,10 @@ class ChatPanel(QWidget):
 
     def apply(self, msg: p.Message) -> str:
         """One event into the session, the view following; returns what changed (ChatSession.on_event)."""
-        if isinstance(msg, p.TokenCount):
+        if isinstance(msg, p.TokenCount):  # the message box's live count, or its files' fit (the session's)
             self._on_count(msg)
+            if self.chat.on_event(msg) == "count":
+                self._show_files()
             return ""
         changed = self.chat.on_event(msg)
         if isinstance(msg, p.Loaded) and changed == "loaded":
@@ -269,6 +366,7 @@ class ChatPanel(QWidget):
         if self.chat.restored_question:
             self.composer.input.setPlainText(self.chat.restored_question)  # nothing typed is lost
             self.chat.restored_question = ""
+            self._show_files()  # nor any file sent with it
         self.pending_continue = ()
         self.set_busy(False)
         self.render()
@@ -283,6 +381,8 @@ class ChatPanel(QWidget):
         has_question = any(m["role"] == "user" for m in messages)
         editing = next((m["content"] for m in messages if m.get("id") == self.chat.editing), "") if self.chat.editing else ""
         self.composer.set_state(busy, self.loaded, has_answer, has_question, self.chat.can_continue, editing)
+        if self.chat.attachment_problem:
+            self.composer.send_button.setEnabled(False)
         if self.view.idle == busy:  # the cards' Edit and version pager follow
             self.view.idle = not busy
             self.render()

@@ -1,9 +1,8 @@
-"""The main window: conversations on the left; on the right the header (engine switcher with its
-acceleration state, Models, Settings, About), the chat as message cards (or, on first run, a welcome
-pane while the default model is prepared) and the composer; the engine's state, context use and the
-speed meter in the status bar. It draws and sends intent: which engine answers (the local worker or
-a remote endpoint) is the engine choice's (engine/remote/engine_choice.py, behind WorkerBridge) and
-a chat's state is ChatSession's (engine/chats/session.py), both Qt-free and shared with `specee chat`."""
+"""The main window: conversations on the left; on the right the header (engine switcher with its acceleration state, Models,
+Settings, About), the chat as message cards (or, on first run, a welcome pane while the default model is prepared) and the
+composer; the engine's state, context use and the speed meter in the status bar. It draws and sends intent: which engine
+answers (the local worker or a remote endpoint) is the engine choice's (engine/remote/engine_choice.py, behind WorkerBridge)
+and a chat's state is ChatSession's (engine/chats/session.py), both Qt-free and shared with `specee chat`."""
 
 from __future__ import annotations
 
@@ -52,7 +51,7 @@ class MainWindow(QMainWindow):
         self._shown_once = False
         self.native_info: dict | None = None  # Ready.native of the running worker
         self.store = store or ConversationStore()
-        self.chat = ChatSession(self.store, sampling or p.Sampling(), settings={"preset": "Balanced"})
+        self.chat = ChatSession(self.store, sampling, settings={"preset": "Balanced"})  # None: no length cap
         self.settings = load_settings()
         self.n_ctx = 0
         self.loaded: p.Loaded | None = None  # what the engine in use loaded, as it said it
@@ -104,12 +103,14 @@ class MainWindow(QMainWindow):
         for signal, slot in (
             (self.repair_button.clicked, self.repair_default_model), (self.restart_button.clicked, self.start_engine),
             (self.local_button.clicked, lambda: self.model_path and self.switch_model(self.model_path)),
+            (self.panel.reload_wanted, lambda: self.model_path and self.switch_model(self.model_path)),
             (self.models_button.clicked, self.open_model_manager), (self.settings_button.clicked, self.open_settings),
             (self.my_models_button.clicked, self.open_my_models), (self.model_switch.manage, self.open_my_models),
             (self.about_button.clicked, self._about), (self.train_button.clicked, self.train_acceleration),
             (self.sidebar.selected, self.open_conversation), (self.sidebar.new_requested, self.new_conversation),
             (self.model_switch.add_remote, self.open_endpoint_dialog), (self.serve_switch.failed, self._on_serve_failed),
             (self.panel.started, self._on_started), (self.panel.refused, lambda why: self.statusBar().showMessage(why, 4000)),
+            (self.panel.engine_wanted, self._continue_needs_engine),
         ):  # fmt: skip
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
@@ -151,7 +152,7 @@ class MainWindow(QMainWindow):
 
     def _load_intent(self, path: str) -> p.Load:
         s = self.settings  # layout "auto": the worker plans where the layers go and says why in Loaded.plan
-        return p.Load(path, p.Placement(n_ctx=s.n_ctx, n_threads=s.n_threads), mode=s.mode)
+        return p.Load(path, p.Placement(n_ctx=self.panel.load_context() or s.n_ctx, n_threads=s.n_threads), mode=s.mode)
 
     def start_engine(self) -> None:
         self.restart_button.setVisible(False)
@@ -313,7 +314,7 @@ class MainWindow(QMainWindow):
     answer = property(lambda self: self.chat.answer)
     history = property(lambda self: self.chat.history, doc="What the model sees: the system prompt, then the chat.")
     messages = property(lambda self: self.chat.messages, lambda self, value: setattr(self.chat, "messages", value))
-    sampling = property(lambda self: self.chat.sampling, lambda self, value: setattr(self.chat, "sampling", value))
+    sampling = property(lambda self: self.chat.sampling, lambda self, value: self.chat.use_sampling(value))
     model_loaded = property(lambda self: self.panel.loaded, lambda self, value: setattr(self.panel, "loaded", value))
 
     def new_conversation(self) -> None:

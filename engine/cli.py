@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from engine import __version__
 from engine import protocol as p
+from engine.chats.generation import SYSTEM_PRESETS
 from engine.models.default_model import DefaultModelError, ensure_default_model
 from engine.models.gguf_file import ModelFileError, inspect_gguf
 from engine.models.library import file_problem, import_gguf
@@ -19,6 +20,8 @@ from engine.stats_text import accel_summary
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from engine.chats.session import ChatSession
+    from engine.client import EngineClient
     from engine.remote.client import RemoteClient
     from engine.remote.endpoints import Endpoint
 
@@ -33,10 +36,13 @@ def resolve_model(spec: str | None) -> Path:
     return Path(spec).expanduser()
 
 
-CHAT_COMMANDS = ("/help", "/?", "/new", "/clear", "/continue", "/quit", "/exit")
+CHAT_COMMANDS = ("/help", "/?", "/new", "/clear", "/continue", "/quit", "/exit", "/set", "/attach")
 CHAT_HELP = """commands (never sent to the model):
   /new, /clear   start a new conversation (forget the history)
   /continue      write more of the last answer (after the length limit or an interruption)
+  /set           show the generation controls; /set NAME VALUE changes one (temperature, top_p, top_k,
+                 min_p, repeat_penalty, max_tokens: 0 = the context's room)
+  /attach FILE   give a text, Markdown, code or PDF file to the model with your next message
   /quit, /exit   quit (also Ctrl+D, or Ctrl+C twice at the prompt)
   /help          this list
 Ctrl+C while an answer streams stops that answer; the engine keeps the model loaded."""
@@ -45,12 +51,18 @@ Ctrl+C while an answer streams stops that answer; the engine keeps the model loa
 def cmd_chat(args: argparse.Namespace) -> int:
     """The terminal chat: drives the same Qt-free ChatSession as the window (in memory here), with
     the local worker or (--endpoint) a remote OpenAI-compatible server."""
+    from engine.chats.generation import Generation
     from engine.chats.session import ChatSession
-    from engine.client import EngineClient, EngineError, WorkerClient
+    from engine.client import EngineError, WorkerClient
 
-    sampling = p.Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
-    sampling.validate()
-    chat = ChatSession(None, sampling, system_prompt=args.system or "")
+    system = args.system or SYSTEM_PRESETS.get(args.preset or "None", "")
+    chat = ChatSession(None, p.Sampling(seed=args.seed), system_prompt=system)
+    try:  # the window's Generation controls, checked by the same rules
+        gen = Generation(args.temperature, args.top_p, args.top_k, args.min_p, args.repeat_penalty, args.max_tokens)
+        chat.set_generation(gen)
+    except p.SettingsError as exc:
+        print(f"specee chat: {exc}", file=sys.stderr)
+        return 2
     client: EngineClient
     if args.last_engine and not args.endpoint:
         _last_engine(args)
@@ -137,12 +149,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if not text.strip():
                 continue
             command = text.strip().lower()
+            word, _, rest = text.strip().partition(" ")
+            if word.lower() == "/set":
+                print(f"[{_chat_set(chat, rest)}]", file=sys.stderr)
+                continue
+            if word.lower() == "/attach":
+                print(f"[{_chat_attach(chat, client, rest)}]", file=sys.stderr)
+                continue
             if command in CHAT_COMMANDS:
                 if command in ("/quit", "/exit"):
                     return 0
                 if command in ("/new", "/clear"):
+                    kept = chat.generation
                     chat.new()
-                    chat.system_prompt = args.system or ""
+                    chat.set_generation(kept)  # this terminal's controls hold for every chat in it
+                    chat.system_prompt = system
                     print("[new conversation]", file=sys.stderr)
                 elif command == "/continue":
                     gen = chat.continue_answer()
@@ -152,7 +173,47 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 else:
                     print(CHAT_HELP, file=sys.stderr)
                 continue
+            if chat.attachment_problem:
+                print(f"[{chat.attachment_problem}]", file=sys.stderr)
+                continue
             answer(chat.send(text))
+
+
+def _chat_set(chat: ChatSession, spec: str) -> str:
+    """`/set NAME VALUE` in the terminal chat: the chat's generation controls, by its rules."""
+    from dataclasses import asdict, replace
+
+    gen = chat.generation
+    name, _, value = spec.strip().partition(" ")
+    if not name:
+        return ", ".join(f"{k} {v}" for k, v in asdict(gen).items() if k != "n_ctx")
+    if name not in asdict(gen) or name == "n_ctx":
+        return f"no control {name!r}; /set alone lists them"
+    try:
+        new = replace(gen, **{name: (int if name in ("top_k", "max_tokens") else float)(value)})
+        chat.set_generation(new)
+    except ValueError as exc:  # SettingsError too: the limits in words
+        return str(exc) if isinstance(exc, p.SettingsError) else f"{name} needs a number, got {value!r}"
+    return f"{name} {getattr(new, name)}"
+
+
+def _chat_attach(chat: ChatSession, client: EngineClient, path: str) -> str:
+    """`/attach FILE`: read it, ask the engine whether it fits, keep it for the next message."""
+    from engine.chats.attachments import AttachmentError, read_attachment
+
+    try:
+        chat.attach(read_attachment(Path(path.strip().strip("'\"")).expanduser()))
+    except AttachmentError as exc:
+        return str(exc)
+    ask = chat.count_request("")
+    if ask is not None:
+        client.send(ask)
+        chat.on_event(client.wait_for(p.TokenCount, timeout=60))
+    if chat.attachment_problem:
+        problem = chat.attachment_problem
+        chat.detach(len(chat.attachments) - 1)
+        return problem
+    return f"attached {chat.attachments[-1].label}; it goes with your next message"
 
 
 def _remote_engine(name: str, model: str | None) -> tuple[RemoteClient, Callable[[], p.Loaded]] | None:
@@ -605,8 +666,13 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--last-engine", action="store_true", help="chat with the engine the app used last (a remote "
                       "endpoint's model while it still lists it, else the local model: --model)")  # fmt: skip
     chat.add_argument("--system", default="", help="system prompt")
+    chat.add_argument("--preset", choices=list(SYSTEM_PRESETS), help="a system prompt preset (--system wins)")
     chat.add_argument("--temperature", type=float, default=0.7)
-    chat.add_argument("--max-tokens", type=int, default=512)
+    chat.add_argument("--top-p", type=float, default=0.95)
+    chat.add_argument("--top-k", type=int, default=40)
+    chat.add_argument("--min-p", type=float, default=0.05)
+    chat.add_argument("--repeat-penalty", type=float, default=1.1)
+    chat.add_argument("--max-tokens", type=int, default=0, help="the answer's length limit (0: the context's room)")
     chat.add_argument("--seed", type=int, default=-1)
     chat.add_argument("--ctx", type=int, default=4096)
     chat.add_argument("--threads", type=int, default=0)

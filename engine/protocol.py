@@ -157,7 +157,7 @@ class Sampling:
     min_p: float = 0.05
     repeat_penalty: float = 1.1
     seed: int = -1  # -1 = random
-    max_tokens: int = 512
+    max_tokens: int = 512  # 0 = as long as the context has room (the answer then ends context_full)
     stop: list[str] = field(default_factory=list)
 
     @classmethod
@@ -179,8 +179,8 @@ class Sampling:
         check(0.5 <= self.repeat_penalty <= 3.0, f"repeat_penalty must be between 0.5 and 3, got {self.repeat_penalty}")
         check(isinstance(self.seed, int) and -1 <= self.seed < 2**32, f"seed must be -1 (random) or 0..2^32-1, got {self.seed}")
         check(
-            isinstance(self.max_tokens, int) and 1 <= self.max_tokens <= 1_000_000,
-            f"max_tokens must be 1..1000000, got {self.max_tokens}",
+            _is_int(self.max_tokens) and 0 <= self.max_tokens <= 1_000_000,
+            f"max_tokens must be 0 (the context's room) to 1000000, got {self.max_tokens}",
         )
         check(all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty strings")
         check(len(self.stop) <= 16, "at most 16 stop strings")
@@ -466,8 +466,12 @@ class TokenCount(Message):
 
 def prompt_budget(n_ctx: int, max_tokens: int) -> int:
     """The tokens a prompt may take: the context less the room kept for the answer, never more
-    than half the context (a long history is worth more than a huge max_tokens rarely used)."""
-    return n_ctx - min(max_tokens, n_ctx // 2)
+    than half the context (a long history is worth more than a huge max_tokens rarely used).
+    max_tokens 0 (the answer may take all the room left) keeps ANSWER_RESERVE free for it."""
+    return n_ctx - min(max_tokens or ANSWER_RESERVE, n_ctx // 2)
+
+
+ANSWER_RESERVE = 512  # tokens kept free for an answer with no length limit (max_tokens 0) when old turns are dropped
 
 
 @dataclass

@@ -2,9 +2,11 @@
 answer and the speed meter, the model switcher open, the settings page explaining the plan, and the
 model manager mid-download from a local hub server serving the real model, and the switcher with a
 remote engine (a real llama-server on 127.0.0.1 that has just answered); with --versions-only, the
-message actions (versions, a stopped answer, a question being edited).
+message actions (versions, a stopped answer, a question being edited); with --files-only, a chat with
+a PDF and a file waiting to go, and the chat's Generation dialog.
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots] [--remote-only|--versions-only]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.make_screenshots [--out docs/screenshots]
+        [--remote-only|--versions-only|--files-only]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main() -> int:
     ap.add_argument("--theme", choices=["light", "dark"], required=False)
     ap.add_argument("--remote-only", action="store_true", help="only model-switcher-remote-light.png")
     ap.add_argument("--versions-only", action="store_true", help="only message-versions-light.png")
+    ap.add_argument("--files-only", action="store_true", help="only chat-with-file-light.png and generation-light.png")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -39,6 +42,9 @@ def main() -> int:
     if args.versions_only:
         os.environ["SPECEE_THEME"] = "light"
         return message_versions(out)
+    if args.files_only:
+        os.environ["SPECEE_THEME"] = "light"
+        return chat_with_files(out)
     if args.theme is None:  # one process per theme: a palette is per application
         import subprocess
 
@@ -216,6 +222,57 @@ def message_versions(out: Path) -> int:
         w.grab().save(str(out / "message-versions-light.png"))
         w.close()
         app.quit()
+
+    when(lambda: w.model_loaded, ask)
+    QTimer.singleShot(180_000, app.quit)
+    app.exec()
+    return 0
+
+
+def chat_with_files(out: Path) -> int:
+    """A question asked with a PDF (its chip on the message), a Markdown file waiting to go with the
+    next one (its chip and count above the message box), and the chat's Generation dialog."""
+    tmp = scratch("specee-shots-files-")
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.theme import apply_theme
+    from engine import protocol as p
+    from engine.chats.store import ConversationStore
+    from engine.models.default_model import ensure_default_model
+    from tests.pdf_fixture import write_pdf
+
+    model = ensure_default_model()
+    os.environ["SPECEE_DATA_DIR"] = str(tmp / "data")
+    pdf = write_pdf(tmp / "sourdough.pdf", ["Sourdough bread", "Feed the starter the night before.", "Bake 40 minutes at 230 C."])
+    notes = tmp / "notes.md"
+    notes.write_text("# Timings\n\n- rise: 4 hours\n- proof: overnight in the fridge\n")
+    app = QApplication(sys.argv)
+    apply_theme(app)
+    w = MainWindow(model_path=model, sampling=p.Sampling.greedy(60), store=ConversationStore(tmp / "chats.db"))
+    w.resize(1180, 760)
+    w.show()
+    w.start_engine()
+
+    def when(ready, then) -> None:  # type: ignore[no-untyped-def]
+        QTimer.singleShot(100, lambda: then() if ready() else when(ready, then))
+
+    def ask() -> None:
+        w.panel.attach_file(str(pdf))
+        w.input.setPlainText("How long does the bread bake, and at what temperature?")
+        when(lambda: w.chat.count is not None, lambda: (w.send_message(), when(lambda: not w.request_id, next_file)))
+
+    def next_file() -> None:
+        w.panel.attach_file(str(notes))
+        w.input.setPlainText("And how long should it rise?")
+        when(lambda: w.chat.count is not None, shoot)
+
+    def shoot() -> None:
+        app.processEvents()
+        w.grab().save(str(out / "chat-with-file-light.png"))
+        dialog = w.panel.open_generation()
+        QTimer.singleShot(300, lambda: (dialog.grab().save(str(out / "generation-light.png")), w.close(), app.quit()))
 
     when(lambda: w.model_loaded, ask)
     QTimer.singleShot(180_000, app.quit)

@@ -65,3 +65,15 @@ def test_code_is_highlighted_per_language_and_theme() -> None:
     assert light != dark  # each theme has its own colours
     plain = highlight_code("just <text>", "no-such-language", dark=False)
     assert "&lt;text&gt;" in plain  # unknown languages are shown as text, escaped
+
+
+def test_a_questions_files_show_under_it_and_an_answer_that_filled_the_context_offers_continue() -> None:
+    from engine.chats.attachments import Attachment
+    from engine.chats.render import message_footer
+
+    files = [Attachment("paper.pdf", "pdf", 9000, "x", pages=3), Attachment("a.py", "code", 1200, "x = 1", "python")]
+    assert message_footer({"role": "user", "attachments": files}) == ["Attached: paper.pdf · 3 pages, a.py · 1.2 KB"]
+    assert message_footer({"role": "user", "attachments": []}) == []
+    assert message_footer({"role": "assistant", "finish": "context_full"}) == [
+        "[stopped: the context is full: Continue writes more]"
+    ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine import protocol as p
 from engine.chats.session import ChatSession
 from engine.chats.store import ConversationStore
@@ -165,3 +167,117 @@ def test_a_cut_or_stopped_answer_can_be_continued_after_reopening(tmp_path: Path
     assert reopened.can_continue and reopened.notices == ["[stopped]"]
     again = ChatSession(store)
     assert again.open(chat.conv_id) and again.can_continue and again.messages[-1]["finish"] == "cancelled"  # type: ignore[arg-type]
+
+
+def test_generation_controls_are_the_chats_own_validated_and_kept(tmp_path: Path) -> None:
+    """Issue 23, item 15: each chat samples with its own controls, kept in the store; a value outside
+    the protocol's limits is refused in words and changes nothing; answers have no silent cap."""
+    from engine.chats.generation import Generation
+
+    store = ConversationStore(tmp_path / "c.db")
+    chat = ChatSession(store)
+    assert chat.sampling.max_tokens == 0 and chat.generation == Generation()  # no 512 cap: the context's room
+    mine = Generation(temperature=0.2, top_p=0.8, top_k=20, min_p=0.1, repeat_penalty=1.3, max_tokens=300, n_ctx=2048)
+    chat.set_generation(mine)  # before the chat exists: it is created with them
+    gen = chat.send("Hi")
+    assert gen is not None
+    s = gen.sampling
+    assert (s.temperature, s.top_p, s.top_k, s.min_p, s.repeat_penalty, s.max_tokens) == (0.2, 0.8, 20, 0.1, 1.3, 300)
+    _stream(chat, gen, ["Hello"])
+    first = chat.conv_id
+    for bad, words in (
+        (Generation(temperature=9.0), "Temperature must be between 0 and 5, got 9.0"),
+        (Generation(top_p=0.0), "Top-p must be in (0, 1]"),
+        (Generation(top_k=-1), "Top-k must be 0 (off) to 100000"),
+        (Generation(min_p=1.0), "Min-p must be in [0, 1)"),
+        (Generation(repeat_penalty=7.0), "Repeat penalty must be between 0.5 and 3"),
+        (Generation(max_tokens=-5), "Max answer length must be 0 (the context's room) to 1000000"),
+        (Generation(n_ctx=100), "Context length must be 0 (the app's setting) or 256..1048576 tokens, got 100"),
+        (Generation(top_k=2.5), "Top-k must be a whole number"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(p.SettingsError) as err:
+            chat.set_generation(bad)
+        assert words in str(err.value)
+    assert chat.generation == mine and Generation.from_dict(store.get(first).generation) == mine
+    chat.new()
+    assert chat.generation == Generation()  # a new chat starts from the defaults
+    chat.set_generation(Generation().with_preset("Creative"))
+    _stream(chat, chat.send("Another"), ["Ok"])
+    chat.open(first)
+    assert chat.generation == mine and chat.n_ctx == 2048
+    again = ChatSession(ConversationStore(tmp_path / "c.db"))  # and after a restart
+    again.open(first)
+    assert again.generation == mine
+
+
+def test_a_chat_from_before_generation_controls_keeps_its_preset(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "c.db")
+    old = store.create("Old", settings={"preset": "Precise"})  # what version 3 kept of a chat's sampling
+    chat = ChatSession(store)
+    chat.open(old.id)
+    assert (chat.sampling.temperature, chat.sampling.top_p, chat.generation.preset) == (0.2, 0.9, "Precise")
+
+
+def test_an_answer_that_fills_the_context_can_be_continued(tmp_path: Path) -> None:
+    chat = ChatSession(ConversationStore(tmp_path / "c.db"))
+    gen = chat.send("Write a long story")
+    _stream(chat, gen, ["Once"], finish="context_full")
+    assert chat.can_continue and "filled the context" in chat.notices[-1]
+
+
+def test_attached_files_go_quoted_with_the_question_and_are_kept_with_it(tmp_path: Path) -> None:
+    """Issue 23, item 17: the files go with the next question, quoted under their names; the store
+    keeps them with it (a chip on the message); an edit's new version takes them along."""
+    from engine.chats.attachments import Attachment
+
+    store = ConversationStore(tmp_path / "c.db")
+    chat = ChatSession(store, system_prompt="Be brief.")
+    notes = Attachment("notes.md", "markdown", 10, "# Bread\nflour, water")
+    chat.attach(notes)
+    gen = chat.send("  ")  # a file alone is a question too
+    assert gen is not None and chat.attachments == []
+    assert gen.messages[-1]["content"] == 'File "notes.md":\n```\n# Bread\nflour, water\n```\n\nHere is the file.'
+    assert chat.messages[0]["attachments"] == [notes] and store.get(chat.conv_id).title == "notes.md"
+    _stream(chat, gen, ["Bread."])
+    assert chat.history[1]["content"].startswith('File "notes.md"')  # later turns still see it
+    text = chat.begin_edit(0)
+    assert text == "Here is the file." and chat.attachments == [notes]
+    chat.cancel_edit()
+    assert chat.attachments == []
+    chat.begin_edit(0)
+    gen = chat.send("What is in it?")
+    assert gen is not None and gen.messages[-1]["content"].endswith("\n\nWhat is in it?")
+    assert chat.messages[0]["attachments"] == [notes] and chat.version(0) == (2, 2)
+
+
+def test_files_that_do_not_fit_say_so_before_sending_and_nothing_is_lost(tmp_path: Path) -> None:
+    from engine.chats.attachments import Attachment
+
+    chat = ChatSession(ConversationStore(tmp_path / "c.db"), system_prompt="Sys")
+    chat.on_event(p.Loaded(name="m", n_ctx=1024))
+    assert chat.count_request("hi") is None  # no files: nothing to count
+    big = Attachment("big.txt", "text", 90_000, "word " * 18_000)
+    chat.attach(big)
+    ask = chat.count_request("Summarise")
+    assert ask is not None and ask.max_tokens == 0
+    assert ask.messages == [{"role": "system", "content": "Sys"}]  # older turns make room; the file must fit alone
+    assert 'File "big.txt"' in ask.text and ask.text.endswith("Summarise")
+    assert chat.on_event(p.TokenCount("someone-else", 5, 5, 512, 1024)) == ""
+    assert chat.on_event(p.TokenCount(ask.request_id, 18_010, 18_020, 512, 1024)) == "count"
+    problem = chat.attachment_problem
+    assert "big.txt does not fit" in problem and "18,020 tokens" in problem and "1,024-token context leaves 512" in problem
+    assert chat.send("Summarise") is None and chat.attachments == [big]  # refused before sending; the file stays
+    chat.detach(0)
+    assert chat.attachments == [] and chat.attachment_problem == ""
+    small = Attachment("small.txt", "text", 10, "tiny")
+    chat.attach(small)
+    ask = chat.count_request("")
+    assert ask is not None
+    chat.on_event(p.TokenCount(ask.request_id, 12, 30, 512, 1024))
+    assert chat.attachment_problem == ""
+    gen = chat.send("Read it")
+    assert gen is not None
+    chat.on_event(p.Error(gen.request_id, p.ErrorKind.WORKER_DIED, "gone"))  # no answer yet: question and file come back
+    assert chat.restored_question == "Read it" and chat.attachments == [small]
+    chat.on_event(p.Loaded(name="remote-model", mode="remote"))
+    assert chat.count_request("x") is None  # a remote engine cannot count

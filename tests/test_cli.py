@@ -181,3 +181,36 @@ def test_about_names_version_and_build(native_build: dict) -> None:
     assert about_text().startswith(f"SpecEE Chat {__version__} (build ")
     key = build_info()["build_key"]
     assert f"native {key}" in about_text({"patched": True, "build_key": key})  # what the worker's Ready says
+
+
+def test_terminal_chat_sets_generation_controls_and_attaches_files(model_path: Path, tmp_path: Path) -> None:
+    """`specee chat` drives the window's per-chat controls and files through the same ChatSession
+    (issue 23, items 15 and 17): flags and /set by the protocol's limits, /attach with the worker's
+    count, clear refusals that lose nothing."""
+    import subprocess
+    import sys
+
+    from tests.pdf_fixture import write_pdf
+
+    pdf = write_pdf(tmp_path / "recipe.pdf", ["Mix flour and water.", "Bake for forty minutes."])
+    (tmp_path / "blob.bin").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "long.txt").write_text("bread " * 3000)
+    base = [sys.executable, "-m", "engine.cli", "chat", "--model", str(model_path), "--ctx", "1024"]
+    bad = subprocess.run([*base, "--top-p", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "Top-p must be in (0, 1], got 0.0" in bad.stderr
+    lines = [
+        "/set temperature 9", "/set top_k 5", "/set", f"/attach {tmp_path / 'blob.bin'}",
+        f"/attach {tmp_path / 'long.txt'}", f"/attach {pdf}", "How long does it bake?",
+    ]  # fmt: skip
+    result = subprocess.run(
+        [*base, "--temperature", "0", "--max-tokens", "24", "--preset", "Concise"],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    err = result.stderr
+    assert result.returncode == 0, err[-1000:]
+    assert "Temperature must be between 0 and 5, got 9.0" in err and "[top_k 5]" in err
+    assert "temperature 0.0, top_p 0.95, top_k 5, min_p 0.05, repeat_penalty 1.1, max_tokens 24" in err
+    assert "blob.bin is a binary file" in err
+    assert "long.txt does not fit" in err and "1,024-token context leaves 1,000" in err
+    assert "attached recipe.pdf · 2 pages" in err
+    assert "tok/s" in err and len(result.stdout.strip("> \n")) > 3

@@ -253,3 +253,53 @@ def test_a_version_2_database_opens_as_one_branch_and_branches_from_then_on(tmp_
     assert _texts(again, "a") == ["first question", "first answer", "second question", "second answer"]
     assert {h[0] for h in again.search("question")} == {"a"} and again.search("half")[0][0] == "b"
     assert [c.id for c in again.list()] == ["b", "a"]
+
+
+V3_DATABASE = Path(__file__).parent / "data" / "conversations-v3.sqlite3"  # written by version 3's store (main at 8c6bcb0)
+
+
+def test_a_version_3_database_opens_with_every_version_and_gains_generation_and_attachments(tmp_path: Path) -> None:
+    """Schema 4 (issue 23, items 15 and 17): a database the previous release wrote opens as it was
+    (its branches, the branch shown, finish reasons, the preset it kept), and takes each chat's
+    generation controls and files from then on."""
+    import shutil
+
+    from engine.chats.attachments import Attachment
+
+    db = tmp_path / "c.db"
+    shutil.copy(V3_DATABASE, db)
+    s = ConversationStore(db)
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    bread, plain = sorted(s.list(), key=lambda c: c.title)
+    conv = s.get(bread.id)
+    assert (conv.system_prompt, conv.settings, conv.generation) == ("You are a baker.", {"preset": "Precise"}, {})
+    assert [(m.role, m.content, m.finish) for m in conv.messages] == [
+        ("user", "How long does dough rise?", ""),
+        ("assistant", "One to two hours, until doubled.", "length"),
+    ]
+    assert len(conv.messages[-1].versions) == 2 and conv.messages[0].attachments == []
+    assert [m.content for m in s.get(plain.id).messages] == ["Hello", "Hi there!"]
+    s.set_generation(bread.id, {"temperature": 0.3, "n_ctx": 2048})
+    q = s.append(plain.id, "user", "Read this", attachments=[Attachment("notes.md", "markdown", 12, "# Notes\nhi")])
+    s.close()
+    again = ConversationStore(db)  # migrated once: opening again changes nothing and keeps what was added
+    assert again.get(bread.id).generation == {"temperature": 0.3, "n_ctx": 2048}
+    [m] = [m for m in again.get(plain.id).messages if m.id == q]
+    assert m.attachments == [Attachment("notes.md", "markdown", 12, "# Notes\nhi")]
+
+
+def test_attachments_go_with_their_message_through_export_import_and_deletion(tmp_path: Path) -> None:
+    from engine.chats.attachments import Attachment
+
+    s = ConversationStore(tmp_path / "c.db")
+    c = s.create("Files", generation={"temperature": 1.0})
+    pdf = Attachment("paper.pdf", "pdf", 9000, "[page 1]\nAbstract", pages=1)
+    q = s.append(c.id, "user", "Summarise", attachments=[pdf, Attachment("a.py", "code", 5, "x = 1", "python")])
+    s.append(c.id, "assistant", "It is about x.")
+    assert "Summarise\n\n*Attached: paper.pdf · 1 page*\n\n*Attached: a.py · 5 B*" in s.export_markdown(c.id)
+    copy = s.import_json(s.export_json(c.id))
+    assert copy.generation == {"temperature": 1.0}
+    assert [a.name for a in copy.messages[0].attachments] == ["paper.pdf", "a.py"]
+    assert copy.messages[0].attachments[0] == pdf and copy.messages[1].attachments == []
+    s.truncate_from(c.id, q)
+    assert s.db.execute("SELECT COUNT(*) FROM attachments WHERE message_id = ?", (q,)).fetchone()[0] == 0

@@ -54,7 +54,9 @@ def test_unknown_fields_are_ignored_and_bad_lines_rejected() -> None:
         {"min_p": 1.0},
         {"top_k": -3},
         {"repeat_penalty": 100},
-        {"max_tokens": 0},
+        {"max_tokens": -1},
+        {"max_tokens": 2_000_000},
+        {"max_tokens": 1.5},
         {"seed": -5},
         {"stop": [""]},
     ],
@@ -64,6 +66,15 @@ def test_absurd_sampling_settings_are_refused_with_a_reason(change: dict) -> Non
     with pytest.raises(p.SettingsError) as err:
         sampling.validate()
     assert next(iter(change)).split("_")[0] in str(err.value)
+
+
+def test_max_tokens_zero_means_the_contexts_room_and_keeps_the_answer_reserve() -> None:
+    """No silent length cap (issue 23, item 15): 0 lets the answer run until the context is full;
+    fitting the prompt still keeps ANSWER_RESERVE tokens free for it (never over half the context)."""
+    p.Sampling(max_tokens=0).validate()
+    assert p.prompt_budget(4096, 0) == 4096 - p.ANSWER_RESERVE
+    assert p.prompt_budget(512, 0) == 256
+    assert p.prompt_budget(4096, 100) == 3996
 
 
 def test_defaults_and_greedy_are_valid() -> None:

@@ -371,3 +371,12 @@ def test_specee_chat_talks_to_an_endpoint(llama_server: str, isolated_data: Path
     assert chat.returncode == 0, chat.stderr
     assert "box/" in chat.stderr and "(" + llama_server + "/v1)" in chat.stderr and "tok/s" in chat.stderr
     assert chat.stdout.replace(">", "").strip()  # the answer
+
+
+def test_an_answer_with_no_length_limit_sends_no_max_tokens() -> None:
+    """max_tokens 0 (the context's room, issue 23 item 15) is ours alone: the server's context decides."""
+    from engine.remote.openai_api import chat_body
+
+    unlimited = chat_body(p.Generate("r", [{"role": "user", "content": "hi"}], p.Sampling(max_tokens=0)), "m")
+    assert "max_tokens" not in unlimited
+    assert chat_body(p.Generate("r", [], p.Sampling(max_tokens=64)), "m")["max_tokens"] == 64

@@ -311,3 +311,33 @@ def test_count_tokens_counts_the_prompt_a_generate_would_build(worker: WorkerCli
     assert count.n_prompt == stats.n_prompt
     assert count.n_ctx == 1024 and count.n_budget == 1024 - 16  # Generate keeps max_tokens free for the answer
     assert 5 <= count.n_text <= 12  # the question's own tokens
+
+
+def test_an_answer_with_no_length_limit_runs_until_the_context_is_full(model_path: Path) -> None:
+    """max_tokens 0 (issue 23, item 15: no silent 512 cap): the answer takes the room the context
+    has and ends context_full, which Continue can take further."""
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=256))
+        counting = ", ".join(str(i) for i in range(1, 21)) + ","  # a raw completion that goes on counting
+        client.send(p.Generate("long-1", [], replace(p.Sampling.greedy(), max_tokens=0), prompt=counting))
+        events = list(client.events_of("long-1"))
+        done = events[-1]
+        assert isinstance(done, p.Done)
+        stats = [m for m in events if isinstance(m, p.Stats)][-1]
+        assert done.finish_reason == "context_full", done.text[-200:]
+        assert done.n_generated > 150 and stats.n_prompt + done.n_generated >= 250
+
+
+def test_continuing_an_answer_that_filled_the_context_goes_on_from_its_latest_part(model_path: Path) -> None:
+    """Continue after context_full (issue 23, item 15): the answer alone no longer fits beside the
+    question, so the model sees the question and the answer's latest part, and says so."""
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=256))
+        answer = ", ".join(str(i) for i in range(1, 301))  # ~900 tokens: far past the 256-token context
+        messages = [{"role": "user", "content": "Count from 1 to 500."}, {"role": "assistant", "content": answer}]
+        events = list(client.stream(messages, p.Sampling.greedy(8), continue_answer=True))
+        done = events[-1]
+        assert isinstance(done, p.Done) and done.n_generated >= 1 and done.finish_reason in ("length", "stop")
+        [notice] = [m for m in events if isinstance(m, p.Notice)]
+        assert "the model now sees the answer without its first" in notice.message
+        assert done.n_prompt <= 256 - 8

@@ -54,9 +54,11 @@ def local_engine(engine: str) -> tuple[str, str]:
 
 
 def message_footer(m: dict) -> list[str]:
-    """The lines under an answer: its speed, which engine wrote it (the local model and its mode, or
+    """The lines under a question: its files. Under an answer: its speed, which engine wrote it (the local model and its mode, or
     the remote endpoint and model), and whether it was stopped, cut at the length limit or
     interrupted (each of which Continue can go on from)."""
+    if m["role"] == "user":  # the files sent with a question, as chips
+        return ["Attached: " + ", ".join(a.label for a in m["attachments"])] if m.get("attachments") else []
     if m["role"] != "assistant":
         return []
     stats = m.get("stats") or {}
@@ -78,7 +80,7 @@ def message_footer(m: dict) -> list[str]:
     elif m.get("finish") == "length":
         lines.append("[cut at the length limit: Continue writes more]")
     elif m.get("finish") == "context_full":
-        lines.append("[stopped: the context is full]")
+        lines.append("[stopped: the context is full: Continue writes more]")
     return lines
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine import protocol as p
+from engine.chats.attachments import Attachment, with_attachments
+from engine.chats.generation import SAMPLING_PRESETS, Generation
 from engine.chats.store import ConversationStore
 
 # What users read for the worker's error kinds (engine/protocol.py Error.kind), never the raw kind.
@@ -55,7 +57,9 @@ def message_version(m: dict) -> tuple[int, int]:
 @dataclass
 class ChatSession:
     store: ConversationStore | None = None  # None: in memory only (a store of its own in memory)
-    sampling: p.Sampling = field(default_factory=p.Sampling)
+    # what requests sample with: the chat's generation controls (set_generation), else the default
+    # (None: Generation()'s, whose answers run as long as the context has room)
+    sampling: p.Sampling = None  # type: ignore[assignment]  # None becomes the default in __post_init__
     system_prompt: str = ""
     settings: dict = field(default_factory=dict)  # stored with the conversation (e.g. the preset)
     conv_id: str | None = None
@@ -69,10 +73,18 @@ class ChatSession:
     editing: int | None = None  # the question being edited (begin_edit): the next send() is its new version
     engine_name: str = ""  # what answers, from Loaded: the model's name, or "<endpoint>/<model id>" when remote
     engine_mode: str = ""  # its mode (vanilla, eagle, ...; "remote"), kept current by each answer's Stats
+    n_ctx: int = 0  # the context length this chat asks for (its generation controls); 0: the app's
+    attachments: list[Attachment] = field(default_factory=list)  # files to go with the next question
+    count: p.TokenCount | None = None  # the worker's count of the next question with its files
+    count_id: str = ""  # the CountTokens that count answers
 
     def __post_init__(self) -> None:
         if self.store is None:
             self.store = ConversationStore(Path(":memory:"))
+        if self.sampling is None:
+            self.sampling = Generation().sampling()
+        self.default_sampling = replace(self.sampling)  # a chat with no controls of its own samples so
+        self._stashed: list[Attachment] = []  # the files attached before an edit took their place
 
     @property
     def streaming(self) -> bool:
@@ -85,13 +97,23 @@ class ChatSession:
         last = self.messages[-1] if self.messages else None
         if self.streaming or last is None or last["role"] != "assistant" or not last["content"]:
             return False
-        return bool(last.get("interrupted")) or last.get("finish") in (p.FinishReason.LENGTH, p.FinishReason.CANCELLED)
+        cut = (p.FinishReason.LENGTH, p.FinishReason.CANCELLED, p.FinishReason.CONTEXT_FULL)
+        return bool(last.get("interrupted")) or last.get("finish") in cut
 
     @property
     def history(self) -> list[dict[str, str]]:
-        """What the model sees: the system prompt, then the conversation."""
+        """What the model sees: the system prompt, then the conversation (a question's files quoted
+        with their names before it)."""
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return head + [{"role": m["role"], "content": m["content"]} for m in self.messages]
+        return head + [
+            {"role": m["role"], "content": with_attachments(m["content"], m.get("attachments") or [])} for m in self.messages
+        ]
+
+    @property
+    def generation(self) -> Generation:
+        """This chat's generation controls, as its requests use them."""
+        s = self.sampling
+        return Generation(s.temperature, s.top_p, s.top_k, s.min_p, s.repeat_penalty, s.max_tokens, self.n_ctx)
 
     @property
     def engine(self) -> str:
@@ -118,6 +140,7 @@ class ChatSession:
             return False
         self.conv_id, self.messages, self.notices, self.editing = None, [], [], None
         self.system_prompt = ""
+        self.sampling, self.n_ctx = replace(self.default_sampling), 0
         return True
 
     def open(self, conv_id: str, match: str = "") -> bool:
@@ -129,6 +152,11 @@ class ChatSession:
         conv = self.store.get(conv_id)
         self.conv_id, self.system_prompt, self.settings = conv.id, conv.system_prompt, conv.settings
         self.notices, self.editing = [], None
+        self.sampling, self.n_ctx = replace(self.default_sampling), 0
+        if conv.generation:
+            self._use(Generation.from_dict(conv.generation))
+        elif conv.settings.get("preset") in SAMPLING_PRESETS:  # before version 4 a chat kept only its preset
+            self._use(self.generation.with_preset(conv.settings["preset"]))
         self._show_branch()
         return True
 
@@ -145,6 +173,7 @@ class ChatSession:
                 "engine": m.engine,
                 "finish": m.finish,
                 "versions": m.versions,
+                "attachments": m.attachments,
             }
             for m in (self.store.get(self.conv_id).messages if self.conv_id else [])
         ]
@@ -172,6 +201,59 @@ class ChatSession:
         if self.conv_id and self.store:
             self.store.set_system_prompt(self.conv_id, self.system_prompt)
 
+    def set_generation(self, gen: Generation) -> None:
+        """This chat's generation controls from now on (kept with it); SettingsError, in words, for
+        a value outside the engine's limits, and nothing changes then."""
+        gen.validate()
+        self._use(gen)
+        if self.conv_id and self.store:
+            self.store.set_generation(self.conv_id, gen.to_dict())
+
+    def _use(self, gen: Generation) -> None:
+        self.sampling, self.n_ctx = gen.sampling(self.sampling), gen.n_ctx
+
+    def use_sampling(self, sampling: p.Sampling) -> None:
+        """Sample with this from now on, in this chat and as the default of chats with no controls of their own."""
+        self.default_sampling, self.sampling = replace(sampling), replace(sampling)
+
+    # -- files attached to the next question -------------------------------------------------------
+
+    def attach(self, attachment: Attachment) -> None:
+        self.attachments.append(attachment)
+        self.count, self.count_id = None, ""
+
+    def detach(self, index: int) -> None:
+        if 0 <= index < len(self.attachments):
+            del self.attachments[index]
+        self.count, self.count_id = None, ""
+
+    def count_request(self, text: str = "") -> p.CountTokens | None:
+        """Ask the engine how many tokens the next question takes with its files (None: no files,
+        or an engine that cannot count); its TokenCount tells whether they fit (attachment_problem)."""
+        self.count = None
+        if not self.attachments or self.engine_mode == p.Mode.REMOTE:
+            self.count_id = ""
+            return None
+        self.count_id = "count-" + uuid.uuid4().hex[:8]
+        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        # only the system prompt with it: the engine leaves older turns out to make room, never these
+        question = with_attachments(text.strip() or "…", self.attachments)
+        return p.CountTokens(self.count_id, head, question, self.sampling.max_tokens)
+
+    @property
+    def attachment_problem(self) -> str:
+        """Why the attached files cannot be sent ("" when they fit, or before the count is in)."""
+        c = self.count
+        if not self.attachments or c is None or not c.n_ctx or c.n_prompt <= c.n_budget:
+            return ""
+        names = ", ".join(a.name for a in self.attachments)
+        verb = "does" if len(self.attachments) == 1 else "do"
+        return (
+            f"{names} {verb} not fit: with your message it takes {c.n_prompt:,} tokens, and this chat's "
+            f"{c.n_ctx:,}-token context leaves {c.n_budget:,} beside the answer. Remove it, attach a shorter "
+            "part, or raise the context length (Generation…)."
+        )
+
     def set_settings(self, settings: dict) -> None:
         self.settings = settings
         if self.conv_id and self.store:
@@ -183,18 +265,23 @@ class ChatSession:
         """Ask text; while a question is being edited (begin_edit) it is that question's new
         version: the conversation branches there and the old branch stays as a version."""
         text = text.strip()
-        if not text or self.streaming:
+        if not text and self.attachments:
+            text = "Here is the file." if len(self.attachments) == 1 else "Here are the files."
+        if not text or self.streaming or self.attachment_problem:
             return None
         store = self._store
         if self.conv_id is None:
             title = " ".join(text.split())[:48] or "New chat"
-            self.conv_id = store.create(title, self.system_prompt, self.settings).id
+            if self.attachments and text in ("Here is the file.", "Here are the files."):
+                title = self.attachments[0].name
+            self.conv_id = store.create(title, self.system_prompt, self.settings, self.generation.to_dict()).id
         ids = [m.get("id") for m in self.messages]  # a message shown but never stored has none
+        files, self.attachments, self._stashed, self.count, self.count_id = self.attachments, [], [], None, ""
         if self.editing is not None and self.editing in ids:
             i = ids.index(self.editing)
-            store.append(self.conv_id, "user", text, parent=ids[i - 1] if i else None)
+            store.append(self.conv_id, "user", text, parent=ids[i - 1] if i else None, attachments=files)
         else:
-            store.append(self.conv_id, "user", text)
+            store.append(self.conv_id, "user", text, attachments=files)
         self.editing = None
         self._show_branch()
         return self._start(continue_answer=False)
@@ -226,13 +313,20 @@ class ChatSession:
         i = users[-1] if index is None else index
         if i not in users:
             return None
+        if self.editing is None:
+            self._stashed = self.attachments
         self.editing = self.messages[i]["id"]
+        self.attachments = list(self.messages[i].get("attachments") or [])  # its files go with the new version
+        self.count, self.count_id = None, ""
         return str(self.messages[i]["content"])
 
     def edit_last(self) -> str | None:
         return self.begin_edit()
 
     def cancel_edit(self) -> None:
+        if self.editing is not None:
+            self.attachments, self._stashed = self._stashed, []
+            self.count, self.count_id = None, ""
         self.editing = None
 
     def cancel(self) -> p.Cancel | None:
@@ -265,7 +359,12 @@ class ChatSession:
     # -- the worker's events ------------------------------------------------------------------------
 
     def on_event(self, msg: p.Message) -> str:
-        """Apply one event; returns what changed: token, stats, done, error, notice, loaded or ''."""
+        """Apply one event; returns what changed: token, stats, done, error, notice, loaded, count or ''."""
+        if isinstance(msg, p.TokenCount):
+            if msg.request_id != self.count_id or not self.count_id:
+                return ""
+            self.count = msg
+            return "count"
         mine = getattr(msg, "request_id", "") == self.request_id and self.streaming
         if isinstance(msg, p.Token) and mine:
             self.answer += msg.text
@@ -290,6 +389,8 @@ class ChatSession:
             if msg.finish_reason == "length":
                 limit = self.sampling.max_tokens
                 self.notices.append(f"The answer stopped at the {limit}-token limit. Continue writes more of it.")
+            if msg.finish_reason == p.FinishReason.CONTEXT_FULL:
+                self.notices.append("The answer filled the context. Continue writes more of it (the oldest messages make room).")
             self.request_id = ""
             return "done"
         if isinstance(msg, p.Notice):
@@ -321,6 +422,7 @@ class ChatSession:
                 if users:
                     i = users[-1]
                     self.restored_question = self.messages[i]["content"]
+                    self.attachments = list(self.messages[i].get("attachments") or [])  # its files wait to go again
                     self._store.truncate_from(self.conv_id or "", self.messages[i]["id"])
                     self._show_branch()
                     if i < len(self.messages) and self.messages[i]["role"] == "user":

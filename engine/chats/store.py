@@ -18,9 +18,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.chats.attachments import Attachment
 from engine.paths import data_dir
 
-SCHEMA_VERSION = 3  # 2: messages.engine; 3: branches (messages.parent_id, conversations.leaf_id), messages.finish
+# 2: messages.engine; 3: branches (messages.parent_id, conversations.leaf_id), messages.finish;
+# 4: conversations.generation (the chat's generation controls), attachments (files sent with a question)
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -30,7 +33,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     settings TEXT NOT NULL DEFAULT '{}',
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    leaf_id INTEGER
+    leaf_id INTEGER,
+    generation TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -45,6 +49,17 @@ CREATE TABLE IF NOT EXISTS messages (
     parent_id INTEGER,
     finish TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS attachments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    language TEXT NOT NULL DEFAULT '',
+    pages INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS attachments_by_message ON attachments(message_id);
 CREATE TABLE IF NOT EXISTS trash (
     conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
     deleted REAL NOT NULL
@@ -82,6 +97,7 @@ class Message:
     parent_id: int | None = None  # the message this one follows; None: the conversation's first
     finish: str = ""  # an answer's protocol FinishReason (stop, length, cancelled, ...); '' while streaming or unknown
     versions: list[int] = field(default_factory=list)  # ids of this message and its siblings, oldest first
+    attachments: list[Attachment] = field(default_factory=list)  # files sent with a question
 
 
 @dataclass
@@ -93,6 +109,7 @@ class Conversation:
     created: float = 0.0
     updated: float = 0.0
     messages: list[Message] = field(default_factory=list)  # the branch shown, first message to leaf
+    generation: dict = field(default_factory=dict)  # the chat's generation controls (engine.chats.generation)
 
 
 def default_path() -> Path:
@@ -130,7 +147,10 @@ class ConversationStore:
                     "UPDATE messages SET parent_id = (SELECT m.id FROM messages m WHERE m.conversation_id ="
                     " messages.conversation_id AND m.position < messages.position ORDER BY m.position DESC LIMIT 1)"
                 )
-        if "leaf_id" not in {row[1] for row in self.db.execute("PRAGMA table_info(conversations)")}:
+        conv_columns = {row[1] for row in self.db.execute("PRAGMA table_info(conversations)")}
+        if "generation" not in conv_columns:  # versions 1-3 (the attachments table is new: the schema made it)
+            self.db.execute("ALTER TABLE conversations ADD COLUMN generation TEXT NOT NULL DEFAULT '{}'")
+        if "leaf_id" not in conv_columns:
             with self.db:
                 self.db.execute("BEGIN")
                 self.db.execute("ALTER TABLE conversations ADD COLUMN leaf_id INTEGER")
@@ -145,12 +165,15 @@ class ConversationStore:
 
     # -- conversations --------------------------------------------------------------------------
 
-    def create(self, title: str = "New chat", system_prompt: str = "", settings: dict | None = None) -> Conversation:
+    def create(
+        self, title: str = "New chat", system_prompt: str = "", settings: dict | None = None, generation: dict | None = None
+    ) -> Conversation:
         now = time.time()
-        conv = Conversation(uuid.uuid4().hex, title, system_prompt, settings or {}, now, now)
+        conv = Conversation(uuid.uuid4().hex, title, system_prompt, settings or {}, now, now, generation=generation or {})
         self.db.execute(
-            "INSERT INTO conversations (id, title, system_prompt, settings, created, updated) VALUES (?, ?, ?, ?, ?, ?)",
-            (conv.id, conv.title, conv.system_prompt, json.dumps(conv.settings), now, now),
+            "INSERT INTO conversations (id, title, system_prompt, settings, created, updated, generation)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conv.id, conv.title, conv.system_prompt, json.dumps(conv.settings), now, now, json.dumps(conv.generation)),
         )
         return conv
 
@@ -163,11 +186,12 @@ class ConversationStore:
 
     def get(self, conv_id: str) -> Conversation:
         r = self.db.execute(
-            "SELECT id, title, system_prompt, settings, created, updated FROM conversations WHERE id = ?", (conv_id,)
+            "SELECT id, title, system_prompt, settings, created, updated, generation FROM conversations WHERE id = ?",
+            (conv_id,),
         ).fetchone()
         if r is None:
             raise StoreError(f"no conversation {conv_id}")
-        conv = Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
+        conv = Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], generation=json.loads(r[6]))
         rows = self.db.execute(
             "SELECT id, role, content, stats, complete, engine, parent_id, finish FROM messages"
             " WHERE conversation_id = ? ORDER BY id",
@@ -182,11 +206,26 @@ class ConversationStore:
         while at is not None and at in by_id and len(path) <= len(rows):
             path.append(at)
             at = by_id[at][6]
+        files = self.attachments([m[0] for m in rows])
         conv.messages = [
-            Message(m[1], m[2], json.loads(m[3]), bool(m[4]), m[0], m[5], m[6], m[7], children[m[6]])
+            Message(m[1], m[2], json.loads(m[3]), bool(m[4]), m[0], m[5], m[6], m[7], children[m[6]], files.get(m[0], []))
             for m in (by_id[i] for i in reversed(path))
         ]
         return conv
+
+    def attachments(self, msg_ids: list[int]) -> dict[int, list[Attachment]]:
+        """The files sent with these messages, by message id, in the order they were attached."""
+        found: dict[int, list[Attachment]] = {}
+        for i in range(0, len(msg_ids), 500):
+            chunk = msg_ids[i : i + 500]
+            rows = self.db.execute(
+                "SELECT message_id, name, kind, size, text, language, pages FROM attachments"
+                f" WHERE message_id IN ({','.join('?' * len(chunk))}) ORDER BY id",
+                chunk,
+            )
+            for r in rows:
+                found.setdefault(r[0], []).append(Attachment(r[1], r[2], r[3], r[4], r[5], r[6]))
+        return found
 
     def select(self, conv_id: str, msg_id: int | None) -> None:
         """Show the branch through msg_id: the conversation's leaf becomes its newest descendant
@@ -230,6 +269,9 @@ class ConversationStore:
     def set_settings(self, conv_id: str, settings: dict) -> None:
         self._update(conv_id, "settings", json.dumps(settings))
 
+    def set_generation(self, conv_id: str, generation: dict) -> None:
+        self._update(conv_id, "generation", json.dumps(generation))
+
     def delete(self, conv_id: str) -> None:
         self.db.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
 
@@ -260,9 +302,10 @@ class ConversationStore:
         stats: dict | None = None,
         engine: str = "",
         parent: int | object | None = LEAF,
+        attachments: list[Attachment] | None = None,
     ) -> int:
-        """A message after parent (LEAF: the end of the branch shown; None: a new first message);
-        the branch through it becomes the one shown."""
+        """A message after parent (LEAF: the end of the branch shown; None: a new first message),
+        with the files sent with it; the branch through it becomes the one shown."""
         if role not in ("user", "assistant", "system"):
             raise StoreError(f"bad role {role!r}")
         with self.db:
@@ -278,6 +321,11 @@ class ConversationStore:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conv_id, pos, role, content, json.dumps(stats or {}), int(complete), time.time(), engine, parent_id),
             )
+            for a in attachments or []:
+                self.db.execute(
+                    "INSERT INTO attachments (message_id, name, kind, size, text, language, pages) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (cur.lastrowid, a.name, a.kind, a.size, a.text, a.language, a.pages),
+                )
             now = time.time()
             self.db.execute("UPDATE conversations SET updated = ?, leaf_id = ? WHERE id = ?", (now, cur.lastrowid, conv_id))
         return int(cur.lastrowid)
@@ -353,8 +401,10 @@ class ConversationStore:
             (conv_id,),
         ).fetchall()
         index = {r[0]: i for i, r in enumerate(rows)}
+        files = self.attachments([r[0] for r in rows])
         tree = [
             {"role": r[1], "content": r[2], "stats": json.loads(r[3]), "engine": r[4], "finish": r[5], "parent": index.get(r[6])}
+            | ({"attachments": [a.to_dict() for a in files[r[0]]]} if r[0] in files else {})
             for r in rows
         ]
         return json.dumps(
@@ -364,6 +414,7 @@ class ConversationStore:
                 "title": c.title,
                 "system_prompt": c.system_prompt,
                 "settings": c.settings,
+                "generation": c.generation,
                 "messages": [{"role": m.role, "content": m.content, "stats": m.stats, "engine": m.engine} for m in c.messages],
                 "tree": tree,
                 "leaf": index.get(c.messages[-1].id) if c.messages else None,
@@ -378,7 +429,8 @@ class ConversationStore:
         if c.system_prompt:
             parts.append(f"*System:* {c.system_prompt}\n")
         for m in c.messages:
-            parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}:**\n\n{m.content}\n")
+            files = "".join(f"\n\n*Attached: {a.label}*" for a in m.attachments)
+            parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}:**\n\n{m.content}{files}\n")
         return "\n".join(parts)
 
     def import_json(self, text: str) -> Conversation:
@@ -396,16 +448,21 @@ class ConversationStore:
                     str(m.get("engine", "")),
                     str(m.get("finish", "")),
                     _parent_index(m, i) if isinstance(tree, list) else i - 1,
+                    [Attachment.from_dict(a) for a in m.get("attachments", [])],
                 )
                 for i, m in enumerate(items)
             ]
             leaf = data.get("leaf") if isinstance(tree, list) else len(messages) - 1
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"cannot import this file: {exc}") from None
-        conv = self.create(str(data.get("title") or "Imported chat"), str(data.get("system_prompt", "")), data.get("settings"))
+        generation = data.get("generation") if isinstance(data.get("generation"), dict) else {}
+        conv = self.create(
+            str(data.get("title") or "Imported chat"), str(data.get("system_prompt", "")), data.get("settings"), generation
+        )
         ids: list[int] = []
-        for role, content, stats, engine, finish, parent in messages:
-            ids.append(self.append(conv.id, role, content, True, stats, engine, parent=ids[parent] if parent >= 0 else None))
+        for role, content, stats, engine, finish, parent, files in messages:
+            at = ids[parent] if parent >= 0 else None
+            ids.append(self.append(conv.id, role, content, True, stats, engine, parent=at, attachments=files))
             if finish:
                 self.update_message(ids[-1], content, True, finish=finish)
         if ids:

@@ -52,6 +52,7 @@ class FittedPrompt:
     dropped_messages: int
     truncated_last: bool
     cut_chars: int = 0  # characters taken out of the middle of the last message
+    answer_cut: int = 0  # continuing an answer longer than the room: characters of its start left out
 
 
 CUT_MARK = "\n\n[… {n} characters cut here to fit the model's context …]\n\n"
@@ -131,6 +132,14 @@ class ChatPrompt:
             dropped += cut
         if len(tokens) <= budget:
             return FittedPrompt(tokens, dropped, False)
+        if answer:  # continuing an answer that filled the context: the question and the answer's latest part
+            keep = len(answer)
+            while len(tokens) > budget and keep > 0:
+                keep = int(keep * 0.9)
+                tokens = self._tokenize(self.render(system + turns) + answer[len(answer) - keep :])
+            if len(tokens) <= budget:
+                return FittedPrompt(tokens, dropped, False, answer_cut=len(answer) - keep)
+            answer = ""  # not even the question fits beside it: cut the question as below, no answer
         # One message longer than the context: cut its middle. The start usually says what to do
         # ("Summarize this text: ...") and the end is what was asked last; both are kept, and the
         # model is told where text is missing.

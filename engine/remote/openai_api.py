@@ -84,10 +84,11 @@ def chat_body(gen: p.Generate, model: str) -> dict[str, Any]:
         "messages": gen.messages,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_tokens": s.max_tokens,
         "temperature": s.temperature,
         "top_p": s.top_p,
     }
+    if s.max_tokens:  # 0: no limit of ours, the server's context decides
+        body["max_tokens"] = s.max_tokens
     if s.seed >= 0:
         body["seed"] = s.seed
     if s.stop:

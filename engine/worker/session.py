@@ -352,7 +352,7 @@ class EngineSession:
             fitted = self.prompt.fit_text(req.prompt, budget)
         else:
             fitted = self.prompt.fit(req.messages, budget, continue_answer=req.continue_answer)
-        if fitted.dropped_messages or fitted.truncated_last:
+        if fitted.dropped_messages or fitted.truncated_last or fitted.answer_cut:
             what = []
             if fitted.dropped_messages:
                 what.append(f"the {fitted.dropped_messages} oldest messages were left out")
@@ -360,6 +360,8 @@ class EngineSession:
                 what.append(
                     f"{fitted.cut_chars} characters were cut from the middle of your last message (its start and end were kept)"
                 )
+            if fitted.answer_cut:
+                what.append(f"the model now sees the answer without its first {fitted.answer_cut} characters")
             emit(
                 p.Notice(
                     req.request_id,
@@ -438,7 +440,7 @@ class EngineSession:
             if cancelled.is_set():
                 finish = p.FinishReason.CANCELLED
                 break
-            if len(out_tokens) >= s.max_tokens:
+            if s.max_tokens and len(out_tokens) >= s.max_tokens:  # 0: until the context is full
                 finish = p.FinishReason.LENGTH
                 break
         gen.close()
