@@ -27,4 +27,18 @@ LLAMA_API void    specee_eagle_reset_stats(struct specee_eagle * e);
 
 #ifdef __cplusplus
 }
+
+// A draft context beside the target ctx_tgt (an EAGLE head's, a draft model's): the target's context
+// length, batch and attention (flash attention resolved, not "auto"), one sequence, n_threads.
+inline llama_context_params specee_draft_context_params(const llama_context * ctx_tgt, int32_t n_threads) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = llama_n_ctx(ctx_tgt);
+    cp.n_batch = llama_n_batch(ctx_tgt);
+    cp.n_ubatch = cp.n_batch;
+    cp.n_seq_max = 1;
+    cp.n_threads = n_threads;
+    cp.n_threads_batch = n_threads;
+    cp.flash_attn_type = specee_flash_attn_type(ctx_tgt);
+    return cp;
+}
 #endif

@@ -63,15 +63,8 @@ specee_eagle * specee_eagle_init(llama_context * ctx_tgt, llama_model * draft, i
         return nullptr;
     }
 
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = llama_n_ctx(ctx_tgt);
-    cp.n_batch = (uint32_t) e->n_batch;
-    cp.n_ubatch = (uint32_t) e->n_batch;
-    cp.n_seq_max = 1;
-    cp.n_threads = n_threads;
-    cp.n_threads_batch = n_threads;
+    llama_context_params cp = specee_draft_context_params(ctx_tgt, n_threads);
     cp.ctx_other = ctx_tgt;  // the head borrows the target's token embedding
-    cp.flash_attn_type = specee_flash_attn_type(ctx_tgt);
     e->dft = llama_init_from_model(draft, cp);
     if (e->dft == nullptr) {
         specee_error_msg = "could not create the draft context";

@@ -90,15 +90,7 @@ specee_drafter * specee_drafter_init(llama_context * ctx_tgt, const char * type,
     s->params.ngram_map_k4v.size_n = 3;
     s->params.ngram_map_k4v.size_m = (uint16_t) n_draft;
     if (draft_model != nullptr) {
-        llama_context_params cp = llama_context_default_params();
-        cp.n_ctx = llama_n_ctx(ctx_tgt);
-        cp.n_batch = (uint32_t) s->n_batch;
-        cp.n_ubatch = (uint32_t) s->n_batch;
-        cp.n_seq_max = 1;
-        cp.n_threads = n_threads;
-        cp.n_threads_batch = n_threads;
-        cp.flash_attn_type = specee_flash_attn_type(ctx_tgt);  // the target's attention, not "auto"
-        s->dft = llama_init_from_model(draft_model, cp);
+        s->dft = llama_init_from_model(draft_model, specee_draft_context_params(ctx_tgt, n_threads));
         if (s->dft == nullptr) {
             g_error = "could not create the draft model's context";
             delete s;
