@@ -103,3 +103,4 @@ class Composer(QWidget):
         self.send_button.setEnabled(idle)
         self.regen_button.setEnabled(idle and has_answer)
         self.edit_button.setEnabled(not busy and has_question)
+        self.copy_button.setEnabled(has_answer)  # nothing to copy in an empty chat

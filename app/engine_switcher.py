@@ -6,10 +6,13 @@ and offers a context menu on an endpoint's entry (list its models again, remove 
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
-from PySide6.QtWidgets import QComboBox, QMenu, QWidget
+from PySide6.QtGui import QPaintEvent
+from PySide6.QtWidgets import QComboBox, QMenu, QStyle, QStyleOptionComboBox, QStylePainter, QWidget
 
 from engine.remote.engine_choice import EngineChoice
 
+TIP = "The model to chat with (Models… downloads more)"
+CLOSED_MAX = 360  # at the window's default size the header's mode text fits beside it
 # Item data roles: the entry's target (Qt.UserRole: a path, "<endpoint>\n<model id>"), and its kind.
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -21,8 +24,11 @@ class EngineSwitcher(QComboBox):
         super().__init__(parent)
         self.choice = choice
         self.setAccessibleName("Model")
-        self.setToolTip("The model to chat with (Models… downloads more)")
-        self.setMinimumWidth(300)
+        self.setToolTip(TIP)
+        # closed, it leaves the header room for the mode and its speed (a long entry ends in "…" and
+        # is whole in the tooltip); open, every entry is whole
+        self.setMinimumWidth(240)
+        self.setMaximumWidth(CLOSED_MAX)
         self.activated.connect(self._picked)
         self.view().setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view().customContextMenuRequested.connect(self._menu)
@@ -32,9 +38,24 @@ class EngineSwitcher(QComboBox):
         self.setItemData(self.count() - 1, kind, KIND_ROLE)
         if tooltip:
             self.setItemData(self.count() - 1, tooltip, Qt.ItemDataRole.ToolTipRole)
-        # wide enough for the longest entry (up to a limit), whichever is selected
         longest = max(self.fontMetrics().horizontalAdvance(self.itemText(i)) for i in range(self.count()))
-        self.setMinimumWidth(min(max(300, longest + 72), 520))  # + arrow and padding
+        self.view().setMinimumWidth(longest + 48)  # + the popup's padding and scroll bar
+
+    def shown_text(self) -> str:
+        """The entry as the closed switcher shows it: whole, or ending in "…" (whole in the tooltip)."""
+        opt = QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        cc, field = QStyle.ComplexControl.CC_ComboBox, QStyle.SubControl.SC_ComboBoxEditField
+        width = self.style().subControlRect(cc, opt, field, self).width()
+        return self.fontMetrics().elidedText(self.currentText(), Qt.TextElideMode.ElideRight, width)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QStylePainter(self)
+        opt = QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, opt)
+        opt.currentText = self.shown_text()
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, opt)
 
     def refresh(self) -> None:
         """The choice's entries again, the engine answering selected (no pick meanwhile)."""
@@ -52,6 +73,7 @@ class EngineSwitcher(QComboBox):
         """The entry of the engine answering the chat (the switcher shows nothing else as chosen)."""
         self.blockSignals(True)
         self.setCurrentIndex(max(self.findData(self.choice.current_target()), 0))
+        self.setToolTip(f"{self.currentText()}\n{TIP}" if self.currentText() else TIP)
         self.blockSignals(False)
 
     def _picked(self, i: int) -> None:
