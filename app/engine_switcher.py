@@ -27,6 +27,7 @@ class EngineSwitcher(QComboBox):
         self.setToolTip(TIP)
         # closed, it leaves the header room for the mode and its speed (a long entry ends in "…" and
         # is whole in the tooltip); open, every entry is whole
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)  # as entries come and go
         self.setMinimumWidth(240)
         self.setMaximumWidth(CLOSED_MAX)
         self.activated.connect(self._picked)
