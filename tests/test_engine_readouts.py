@@ -195,3 +195,59 @@ def test_a_server_that_dies_mid_answer_stopped_answering(tmp_path: Path, isolate
     assert isinstance(msg, p.Error) and msg.kind == "server_stopped", msg
     assert chat.notices[-1].startswith("**The server stopped answering:**") and "could not be read" not in chat.notices[-1]
     assert chat.messages[-1]["content"] == "Part of it"  # what arrived is kept
+
+
+class _Decoder:
+    """A decoder that yields tokens at once (AutoCalibration's Decoder protocol)."""
+
+    def stream(self, tokens: list[int], sampling: p.Sampling):  # type: ignore[no-untyped-def]
+        yield from range(sampling.max_tokens)
+
+    def forget(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_unit_measured_beside_a_busy_neighbour_counts_for_nothing_and_waits() -> None:
+    """The calibration's rules, on a fake machine and clock: a busy unit is set aside (not counted),
+    retried after a doubling wait, and counted once the machine is quiet."""
+    from engine.worker import auto
+    from engine.worker.threads import CpuSample
+
+    machine = {"t": 0.0, "busy": 0.0, "others": 1.5}
+
+    def sample() -> CpuSample:  # each reading: one second passed, `others` cores busy elsewhere
+        machine["t"] += 1.0
+        machine["busy"] += machine["others"]
+        return CpuSample(machine["t"], machine["busy"], 0.0)
+
+    clock = {"now": 0.0}
+    cal = auto.AutoCalibration([[1, 2, 3]], {}, _Decoder(), threads=2, sample=sample, clock=lambda: clock["now"])
+    cal.step(lambda: False)
+    assert cal.postponed and cal.busy_cores == 1.5 and not cal.done and cal.totals["vanilla"] == [0, 0.0]
+    assert cal.waiting and cal.retry_at == auto.BUSY_RETRY_S[0]
+    cal.step(lambda: False)  # still waiting: nothing runs
+    assert cal.retry_at == auto.BUSY_RETRY_S[0]
+    clock["now"] = cal.retry_at
+    cal.step(lambda: False)  # busy again: the wait doubles
+    assert cal.postponed and cal.retry_at == clock["now"] + 2 * auto.BUSY_RETRY_S[0]
+    machine["others"] = 0.2  # a window repainting: tolerated
+    clock["now"] = cal.retry_at
+    cal.step(lambda: False)
+    assert cal.done and not cal.postponed and cal.totals["vanilla"][0] == auto.CALIBRATION_TOKENS - 1
+    assert cal.reference() == {"2/0": cal.speeds()["vanilla"]}
+
+
+def test_answers_compare_with_vanilla_only_in_their_own_conditions() -> None:
+    from engine.worker import auto
+
+    assert [auto.prompt_band(n) for n in (30, 512, 513, 2048, 2049, 9000)] == [0, 0, 1, 1, 2, 3]
+    ref = auto.VanillaReference({"2/0": 100.0})
+    assert ref.ratio(90.0, 2, 0) == 0.9
+    assert ref.ratio(90.0, 1, 0) == 0 and ref.ratio(90.0, 2, 1) == 0  # other threads, longer prompt: none
+    check = auto.AnswerCheck()
+    assert not check.add(0.9) and not check.add(0.0) and not check.add(0.8)  # not comparable: says nothing
+    assert not check.add(1.2) and not check.add(0.9) and not check.add(0.9)  # a fast one breaks the run
+    assert check.add(0.9)  # three slow ones in a row

@@ -30,7 +30,7 @@ from engine.native import build_info, exit_archs
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
 from engine.worker import auto
-from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, machine_sampler
+from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
@@ -295,13 +295,13 @@ class EngineSession:
 
     def _after_answer(self, tok_s: float, threads: set[int], band: int, n_decoded: int, quiet: bool) -> p.AutoDecided | None:
         """What an answer's speed teaches: vanilla's own speed in its conditions, and whether auto's
-        decision holds; when the answers contradict it, it is forgotten and measured again."""
-        if len(threads) != 1 or n_decoded < auto.MIN_COMPARE_TOKENS or tok_s <= 0:
-            return None  # threads changed mid-answer, or too short: comparable with nothing
+        decision holds; when the answers contradict it, it is forgotten and measured again. An answer
+        that ran beside a busy neighbour teaches nothing (nor does a short one, or one whose threads changed)."""
+        if not quiet or len(threads) != 1 or n_decoded < auto.MIN_COMPARE_TOKENS or tok_s <= 0:
+            return None
         (n_threads,) = threads
         if self.mode == p.Mode.VANILLA:
-            if quiet:
-                self.reference.record(n_threads, band, tok_s)
+            self.reference.record(n_threads, band, tok_s)
             return None
         ratio = self.reference.ratio(tok_s, n_threads, band)
         if self._auto_makers is None or self._auto is not None or not self._answers.add(ratio):
@@ -447,6 +447,7 @@ class EngineSession:
             if self._threads_now != governor.current:
                 self._set_threads(governor.current)
         threads_used = {self._threads_now}
+        machine_before = self._sample()  # was the machine quiet while this answer ran?
 
         def decode_speed() -> float:
             """Tokens after the first over the time since it: the prompt's prefill never counts."""
@@ -518,7 +519,7 @@ class EngineSession:
             emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
-        quiet = governor is None or governor.peak_others <= TOLERATED_CORES
+        quiet = cores_used_by_others(machine_before, self._sample()) <= TOLERATED_CORES
         if decided := self._after_answer(decode_speed(), threads_used, band, len(out_tokens) - 1, quiet):
             emit(decided)
 

@@ -91,13 +91,11 @@ class ThreadGovernor:
         self.apply, self.n_max, self.sample, self.interval_s = apply, n_max, sample, interval_s
         self.current = n_max
         self.others_cores = 0.0
-        self.peak_others = 0.0  # the most other processes used during this answer (so far)
         self._last = sample()
 
     def restart(self) -> None:
         """At the start of an answer: measure from now (what ran between answers says little)."""
         self._last = self.sample()
-        self.peak_others = 0.0
 
     def tick(self) -> int:
         """Call between decode steps; returns the thread count now in use."""
@@ -106,7 +104,6 @@ class ThreadGovernor:
         if wall < self.interval_s:
             return self.current
         self.others_cores = cores_used_by_others(self._last, now)
-        self.peak_others = max(self.peak_others, self.others_cores)
         self._last = now
         want = threads_for(self.others_cores, self.n_max)
         if want != self.current:
