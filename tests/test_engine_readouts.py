@@ -137,6 +137,11 @@ def test_a_refused_load_keeps_the_model_that_was_running(model_path: Path, copie
         kept = client.wait_for(p.Loaded, timeout=60)
         assert isinstance(kept, p.Loaded) and kept.kept and kept.model_path == str(model_path) and kept.mode == "vanilla"
         assert _answer(client, QUESTION, 4)[1].n_generated == 4
+        with pytest.raises(WorkerError) as err:  # refused before anything is unloaded: told all the same
+            client.load(copied_model, p.Placement(n_ctx=10))
+        assert err.value.kind == "bad_settings"
+        kept = client.wait_for(p.Loaded, timeout=60)
+        assert isinstance(kept, p.Loaded) and kept.kept and kept.model_path == str(model_path)
         assert client.load(copied_model, p.Placement(n_ctx=1024)).model_path == str(copied_model)
 
 

@@ -133,6 +133,8 @@ def main() -> int:
                 msg.validate()  # before the current model goes: a refused load loses nothing
             except p.SettingsError as exc:
                 channel.emit(p.Error(kind=p.ErrorKind.BAD_SETTINGS, message=str(exc)))
+                if session is not None:  # the client may have stopped answering while it waited
+                    channel.emit(replace(session.loaded, kept=True))
                 continue
             previous = session.load if session is not None else None
             if session is not None:
