@@ -71,7 +71,11 @@ class ServeSwitch(QWidget):
         QGuiApplication.clipboard().setText(url)
         self.address.setMinimumWidth(self.address.width())  # the header does not jump
         self.address.setText("Copied")
-        QTimer.singleShot(COPIED_MS, lambda: self.address.text() == "Copied" and self.address.setText(self.base_url))
+        QTimer.singleShot(COPIED_MS, self.address, self._show_address)  # the button as context: a closed window cancels it
+
+    def _show_address(self) -> None:
+        if self.address.text() == "Copied":
+            self.address.setText(self.base_url)
 
     @property
     def base_url(self) -> str:
