@@ -159,3 +159,4 @@ class Composer(QWidget):
             short = short if len(short) <= 48 else short[:47] + "…"
             self.edit_note.setText(f"Editing “{short}”: Send branches the chat there; the current version is kept.")
         self.edit_row.setVisible(bool(editing))
+        self.copy_button.setEnabled(has_answer)  # nothing to copy in an empty chat

@@ -7,11 +7,13 @@ and offers a context menu on an endpoint's entry (list its models again, remove 
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QComboBox, QMenu, QWidget
+from PySide6.QtGui import QColor, QPaintEvent
+from PySide6.QtWidgets import QComboBox, QMenu, QStyle, QStyleOptionComboBox, QStylePainter, QWidget
 
 from engine.remote.engine_choice import EngineChoice
 
+TIP = "The model to chat with (Download models… gets more, My models… manages them)"
+CLOSED_MAX = 360  # at the window's default size the header's mode text fits beside it
 # Item data roles: the entry's target (Qt.UserRole: a path, "<endpoint>\n<model id>"), and its kind.
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -24,8 +26,12 @@ class EngineSwitcher(QComboBox):
         super().__init__(parent)
         self.choice = choice
         self.setAccessibleName("Model")
-        self.setToolTip("The model to chat with (Download models… gets more, My models… manages them)")
-        self.setMinimumWidth(300)
+        self.setToolTip(TIP)
+        # closed, it leaves the header room for the mode and its speed (a long entry ends in "…" and
+        # is whole in the tooltip); open, every entry is whole
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)  # as entries come and go
+        self.setMinimumWidth(240)
+        self.setMaximumWidth(CLOSED_MAX)
         self.activated.connect(self._picked)
         self.view().setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view().customContextMenuRequested.connect(self._menu)
@@ -39,7 +45,23 @@ class EngineSwitcher(QComboBox):
             self.setItemData(self.count() - 1, QColor("#c0392b"), Qt.ItemDataRole.ForegroundRole)
         # wide enough for the longest entry (up to a limit), whichever is selected
         longest = max(self.fontMetrics().horizontalAdvance(self.itemText(i)) for i in range(self.count()))
-        self.setMinimumWidth(min(max(300, longest + 72), 520))  # + arrow and padding
+        self.view().setMinimumWidth(longest + 48)  # + the popup's padding and scroll bar
+
+    def shown_text(self) -> str:
+        """The entry as the closed switcher shows it: whole, or ending in "…" (whole in the tooltip)."""
+        opt = QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        cc, field = QStyle.ComplexControl.CC_ComboBox, QStyle.SubControl.SC_ComboBoxEditField
+        width = self.style().subControlRect(cc, opt, field, self).width()
+        return self.fontMetrics().elidedText(self.currentText(), Qt.TextElideMode.ElideRight, width)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QStylePainter(self)
+        opt = QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, opt)
+        opt.currentText = self.shown_text()
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, opt)
 
     def showPopup(self) -> None:
         """The registry read again as the list opens: models added meanwhile (`specee models add`, a
@@ -63,6 +85,7 @@ class EngineSwitcher(QComboBox):
         """The entry of the engine answering the chat (the switcher shows nothing else as chosen)."""
         self.blockSignals(True)
         self.setCurrentIndex(max(self.findData(self.choice.current_target()), 0))
+        self.setToolTip(f"{self.currentText()}\n{TIP}" if self.currentText() else TIP)
         self.blockSignals(False)
 
     def _picked(self, i: int) -> None:

@@ -5,9 +5,10 @@ applies; the serve toggle goes in through add_action())."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QWidget
 
 from app.composer import button
+from app.elided_label import ElidedLabel
 from app.engine_switcher import EngineSwitcher
 from app.model_status import acceleration_state, remote_state
 from engine import protocol as p
@@ -20,11 +21,10 @@ class HeaderBar(QWidget):
         self.setObjectName("header")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.model_switch = EngineSwitcher(choice)
-        self.accel_badge = QLabel("")
+        # never widens the window: where space is short the state ends in "…", whole in its tooltip
+        self.accel_badge = ElidedLabel("")
         self.accel_badge.setObjectName("accelBadge")
         self.accel_badge.setAccessibleName("Acceleration")
-        # never widens the window: a long state is clipped here and whole in the tooltip / Settings
-        self.accel_badge.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.repair_button = button("Repair model", "danger")
         self.repair_button.setToolTip("Fetch and verify the default model again")
         self.restart_button = button("Restart engine", "danger")

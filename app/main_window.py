@@ -47,12 +47,12 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__()
         self.setWindowTitle("SpecEE Chat")
-        self.resize(*self.DEFAULT_SIZE)
         self._shown_once = False
         self.native_info: dict | None = None  # Ready.native of the running worker
         self.store = store or ConversationStore()
         self.chat = ChatSession(self.store, sampling, settings={"preset": "Balanced"})  # None: no length cap
         self.settings = load_settings()
+        self.resize(*(self.settings.window or self.DEFAULT_SIZE))  # the size it had when last closed
         self.n_ctx = 0
         self.loaded: p.Loaded | None = None  # what the engine in use loaded, as it said it
         self.decided: p.AutoDecided | None = None  # what `auto` chose after measuring
@@ -195,6 +195,9 @@ class MainWindow(QMainWindow):
             self.model_loaded, self.remote_tok_s = False, 0.0
             self.panel.set_busy(False)
             self.refresh_models()
+            self.loaded = self.decided = None  # nothing said of the engine going holds for the next
+            self.header.show_acceleration(None, None)
+            self.status.clear_readouts()
             if isinstance(ev, ec.Loading):
                 self.state_label.setText(f"Loading {Path(ev.path).name}…")
                 self.serve_switch.restart()  # if serving: the API serves the model the window uses
@@ -304,6 +307,9 @@ class MainWindow(QMainWindow):
             self.store.update_message(self.chat.answer_msg_id, self.answer, complete=False)
         self.bridge.shutdown()
         self.serve_switch.shutdown(wait=True)
+        if self.settings.window != (size := [self.width(), self.height()]) and not self.isMaximized():
+            self.settings = replace(self.settings, window=size)
+            self._save_settings()
         super().closeEvent(event)
 
     # -- conversations: their state is the Qt-free ChatSession's, the chat pane draws it ---------------
@@ -347,10 +353,9 @@ class MainWindow(QMainWindow):
     def on_event(self, msg: p.Message) -> None:
         if isinstance(msg, p.Ready):
             self.native_info = msg.native  # the worker's llama.cpp build, for About
-        elif isinstance(msg, p.AutoDecided):  # auto finished measuring in the background
+        elif isinstance(msg, p.AutoDecided):  # auto finished measuring in the background (or waits)
             self.decided = msg
             self.header.show_acceleration(self.loaded, self.decided, self.remote_tok_s)
-            self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
             self.status.mode_decided(msg)
         elif isinstance(msg, p.Error):
             self._show_error(msg.kind, msg.message)
@@ -360,7 +365,8 @@ class MainWindow(QMainWindow):
             self.panel.set_busy(False)
             self.status.set_status("No model loaded: pick one in the switcher or in My models", "")
         else:
-            changed = self.panel.apply(msg)  # the chat's own events: its session matches them
+            # the chat's own events: its session matches them (a model kept after a refused load is no news to it)
+            changed = "loaded" if isinstance(msg, p.Loaded) and msg.kept else self.panel.apply(msg)
             if isinstance(msg, p.Loaded) and changed == "loaded":
                 self._on_loaded(msg)
             elif isinstance(msg, p.Stats) and changed == "stats":
@@ -378,11 +384,11 @@ class MainWindow(QMainWindow):
         self.model_loaded = True
         self.loaded, self.decided = msg, None
         self.header.show_acceleration(self.loaded, self.decided, self.remote_tok_s)
+        self.model_switch.select_current()  # a refused load's model is not the one running
         self.pages.setCurrentWidget(self.view)  # first run over: straight into the chat
-        self.n_ctx = msg.n_ctx
-        if not msg.n_ctx:  # a remote engine does not say: the local model's count is not its
+        if msg.n_ctx != self.n_ctx:  # the count was of another context (a remote engine's is unknown)
             self.context_label.setText("")
-        self.meter.vanilla_tok_s = msg.measured_tok_s.get("vanilla", 0.0)
+        self.n_ctx = msg.n_ctx
         self.status.model_loaded(msg)
         self.train_button.setVisible(msg.trainable)
         self.panel.set_busy(False)

@@ -29,7 +29,7 @@ def acceleration_state(loaded: p.Loaded | None, decided: p.AutoDecided | None = 
     badge = MODE_NAMES.get(mode, mode)
     if speeds.get(mode):
         badge += f" · {speeds[mode]:.1f} tok/s measured"
-    elif loaded.measuring and decided is None:
+    elif decided.measuring if decided else loaded.measuring:
         badge += " · auto: measuring"
     modes = [MODE_NAMES.get(m, m) for m in loaded.acceleration.modes]
     if modes:

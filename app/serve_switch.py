@@ -12,7 +12,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
@@ -28,6 +28,7 @@ def _port_free(port: int) -> bool:
     return False
 
 
+COPIED_MS = 1500  # how long "Copied" stands in for the address
 SERVE_TIP = "Let other tools on this computer use this model through an OpenAI-compatible API"
 
 
@@ -60,9 +61,21 @@ class ServeSwitch(QWidget):
         row.addWidget(self.toggle)
         row.addWidget(self.address)
         self.toggle.toggled.connect(self._on_toggled)
-        self.address.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.base_url))
+        self.address.clicked.connect(self.copy_address)
         self._started.connect(self._on_started)
         self._not_started.connect(self._on_not_started)
+
+    def copy_address(self) -> None:
+        """The base URL to the clipboard, and "Copied" in its place for a moment: the click did something."""
+        url = self.base_url
+        QGuiApplication.clipboard().setText(url)
+        self.address.setMinimumWidth(self.address.width())  # the header does not jump
+        self.address.setText("Copied")
+        QTimer.singleShot(COPIED_MS, self.address, self._show_address)  # the button as context: a closed window cancels it
+
+    def _show_address(self) -> None:
+        if self.address.text() == "Copied":
+            self.address.setText(self.base_url)
 
     @property
     def base_url(self) -> str:

@@ -54,6 +54,32 @@ def _para(text: str) -> QLabel:
     return label
 
 
+def threads_text(n: int) -> str:
+    return "1 thread" if n == 1 else f"{n} threads"
+
+
+def why_not(mode: str, a: p.Acceleration) -> str:
+    """Why the loaded model cannot run `mode` here, from the worker's flags (never its reason texts)."""
+    if mode == "draft":
+        return "no smaller installed model shares its tokenizer"
+    if not a.architecture_supported:
+        return f"its architecture has no {mode} support"
+    if not a.eagle_head:
+        return "no EAGLE head is installed for it"
+    return "no SpecEE exit predictors are installed for it" if not a.exit_predictors else "not where its layers are placed"
+
+
+def offered_modes(loaded: p.Loaded | None) -> tuple[list[str], str]:
+    """The modes Settings offers (auto, then what the loaded model can run here) and, in words, why
+    the others are not; every mode when no model is loaded."""
+    if loaded is None or not loaded.acceleration.modes:
+        return list(MODES), ""
+    runnable = [str(m) for m in loaded.acceleration.modes]
+    missing = [m for m in MODES if m not in ("auto", *runnable)]
+    why = "; ".join(f"{m}: {why_not(m, loaded.acceleration)}" for m in missing)
+    return ["auto", *runnable], f"Not available for {loaded.name or 'this model'}: {why}." if why else ""
+
+
 def engine_summary(loaded: p.Loaded | None, decided: p.AutoDecided | None) -> list[str]:
     """Plain-words paragraphs about what the worker loaded and decided."""
     if loaded is None:
@@ -62,7 +88,7 @@ def engine_summary(loaded: p.Loaded | None, decided: p.AutoDecided | None) -> li
     reason = (decided.mode_reason if decided else loaded.mode_reason) or ""
     out = [
         f"Running {loaded.name or 'the model'} ({loaded.n_layer} layers) with {MODE_NAMES.get(mode, mode)}, "
-        f"{loaded.n_threads} threads and a context of {loaded.n_ctx} tokens"
+        f"{threads_text(loaded.n_threads)} and a context of {loaded.n_ctx} tokens"
         + (f" (trained for {loaded.n_ctx_train})." if loaded.n_ctx_train else ".")
     ]
     if reason:
@@ -94,17 +120,22 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.resize(620, 640)
         self.mode = QComboBox()
-        for m in MODES:
+        modes, self.not_offered = offered_modes(loaded)
+        for m in modes:
             self.mode.addItem(m, m)
-        self.mode.setCurrentText(settings.mode)
+        # the mode asked for, where the model runs it (else what runs now)
+        running = str(decided.mode if decided else loaded.mode) if loaded else "auto"
+        self.mode.setCurrentText(settings.mode if settings.mode in modes else running if running in modes else "auto")
         self.mode.setAccessibleName("Acceleration mode")
         self.mode_help = _para("")
         self.mode_help.setObjectName("hint")
         self.mode.currentTextChanged.connect(lambda m: self.mode_help.setText(MODE_HELP.get(m, "")))
-        self.mode_help.setText(MODE_HELP.get(settings.mode, ""))
+        self.mode_help.setText(MODE_HELP.get(self.mode.currentText(), ""))
         self.threads = QSpinBox()
         self.threads.setRange(0, N_THREADS_MAX)
-        self.threads.setSpecialValueText(f"automatic ({physical_cores()} physical cores)")
+        # the count the engine runs with (its Loaded), else this machine's cores: one number throughout
+        cores = loaded.n_threads if loaded and not settings.n_threads else physical_cores()
+        self.threads.setSpecialValueText(f"automatic ({threads_text(cores)})")
         self.threads.setValue(settings.n_threads)
         self.threads.setAccessibleName("Threads")
         self.ctx = QSpinBox()
@@ -134,6 +165,8 @@ class SettingsDialog(QDialog):
         form.addRow("Mode", self.mode)
         col.addLayout(form)
         col.addWidget(self.mode_help)
+        if self.not_offered:
+            col.addWidget(_para(self.not_offered))
         col.addWidget(_section("Speed and memory"))
         form2 = QFormLayout()
         form2.addRow("Threads", self.threads)

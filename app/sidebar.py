@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.rename_delegate import RenameDelegate
 from engine.atomic import write_text_atomic
 from engine.chats.store import ConversationStore, StoreError
 
@@ -55,6 +56,7 @@ class ConversationSidebar(QWidget):
         self.setMinimumWidth(200)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(RenameDelegate(self.list))  # the rename box is never clipped
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 10, 10, 10)
         layout.addWidget(self.new_button)

@@ -1,9 +1,9 @@
-"""The status-bar speed meter: rolling decode tok/s, prompt speed, time to first token, the
-acceleration's own numbers, and a sparkline of tok/s over the current answer."""
+"""The status-bar speed meter: the engine's recent decode tok/s, prompt speed, time to first token,
+the speedup over vanilla measured in the same conditions (when the engine has such a measurement),
+the acceleration's own numbers, and a sparkline of tok/s over the current answer. Every number is
+the engine's, timed on its clock: events that reach a busy window in a burst change nothing."""
 
 from __future__ import annotations
-
-import time
 
 from PySide6.QtCore import QPointF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
@@ -50,29 +50,30 @@ class SpeedMeter(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.label)
         row.addWidget(self.sparkline)
-        self.vanilla_tok_s = 0.0  # the model's measured vanilla speed, when known (auto-mode calibration)
         self.reset()
 
     def reset(self) -> None:
-        self._last: tuple[float, int] | None = None
+        """A new answer (or another model): nothing measured yet."""
         self.rolling: list[float] = []
         self.sparkline.set_values([])
+        self.label.setText("")
+        self.label.setToolTip("")
 
     def update_stats(self, s: p.Stats) -> None:
-        now = time.monotonic()
-        if self._last is not None and s.n_generated > self._last[1] and now > self._last[0]:
-            self.rolling.append((s.n_generated - self._last[1]) / (now - self._last[0]))
-        self._last = (now, s.n_generated)
-        recent = self.rolling[-4:]
-        rolling = sum(recent) / len(recent) if recent else s.decode_tok_s
+        tok_s = s.recent_tok_s or s.decode_tok_s  # a remote engine's client may know only the average
+        if s.n_generated > 1 and tok_s > 0:
+            self.rolling.append(tok_s)
         # The status bar keeps what changes while an answer streams, and fits the default window
         # width; the prompt speed and the long wording are in the tooltip.
-        parts = [f"{rolling:.1f} tok/s"]
-        # how the accelerated mode compares with vanilla measured on this machine (not a remote engine's)
-        if self.vanilla_tok_s > 0 and s.mode not in ("vanilla", "remote") and s.decode_tok_s > 0:
-            parts.append(f"{s.decode_tok_s / self.vanilla_tok_s:.2f}x vanilla")
+        parts = [f"{tok_s:.1f} tok/s"] if s.n_generated > 1 and tok_s > 0 else []
+        compared = "no vanilla speed measured in these conditions"  # threads, context, prompt length
+        if s.vs_vanilla > 0:
+            parts.append(f"{s.vs_vanilla:.2f}x vanilla")
+            compared = f"{s.vs_vanilla:.2f}x vanilla measured here with the same threads and prompt length"
         parts.append(f"first token {s.ttft_ms:.0f} ms")
         full = [*parts[:-1], f"prompt {s.prefill_tok_s:.0f} tok/s", parts[-1]]
+        if s.mode not in ("vanilla", "remote"):
+            full.append(compared)
         if extra := accel_summary(s.mode, s.accel, short=True):
             parts.append(extra)
             full.append(accel_summary(s.mode, s.accel))

@@ -42,13 +42,21 @@ class StatusBar(QStatusBar):
         self.state_label.setText(self.status[0])
         self.state_label.setToolTip(self.status[1])
 
+    def clear_readouts(self) -> None:
+        """Another engine or model is coming: the context count and the speeds were the last one's."""
+        self.context_label.setText("")
+        self.meter.reset()
+
     def model_loaded(self, msg: p.Loaded) -> None:
-        """The loaded model's line: what runs, with what, and why (the tooltip)."""
+        """The loaded model's line: what runs, with what, and why (the tooltip). A model kept after a
+        refused load leaves the refusal shown (its line comes back with the next answer)."""
         if msg.mode == "remote":
-            self.set_status(f"{msg.name} · remote · {msg.model_path}", msg.plan)
+            self.status = (f"{msg.name} · remote · {msg.model_path}", msg.plan)
         else:
             line = f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}"
-            self.set_status(line, msg.mode_reason or f"acceleration: {msg.mode}")
+            self.status = (line, msg.mode_reason or f"acceleration: {msg.mode}")
+        if not (msg.kept and self.error_shown):
+            self.show_status()
 
     def mode_decided(self, msg: p.AutoDecided) -> None:
         """auto finished measuring: the line names the mode it chose (shown unless an error is up)."""

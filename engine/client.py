@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -49,6 +50,20 @@ def worker_command(python: str | None = None) -> list[str]:
     if python is None and getattr(sys, "frozen", False):
         return [sys.executable, FROZEN_WORKER_FLAG]
     return [python or sys.executable, "-m", "engine.worker"]
+
+
+# A log line that says what went wrong (an exception, an assertion, the C runtime or the kernel):
+# the rest of a worker's log is load chatter, which tells a user nothing about a crash
+_TELLING = re.compile(r"error|exception|fatal|abort|assert|segmentation fault|out of memory|killed|terminate", re.I)
+
+
+def telling_log_line(lines: list[str]) -> str:
+    """The last line of a worker's log that says what went wrong ("" if none does)."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith(("File ", "Traceback")) and _TELLING.search(text):
+            return text[:300]
+    return ""
 
 
 class EngineClient:
@@ -163,6 +178,7 @@ class WorkerClient(EngineClient):
         self._send_lock = threading.Lock()
         self._stopping = False
         self._stderr_tail: deque[str] = deque(maxlen=30)
+        self._stderr_reader: threading.Thread | None = None
         self.log_path: Path | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -203,7 +219,8 @@ class WorkerClient(EngineClient):
         )
         proc = self._proc
         threading.Thread(target=self._read_events, args=(proc,), name="worker-events", daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(proc,), name="worker-stderr", daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(proc,), name="worker-stderr", daemon=True)
+        self._stderr_reader.start()
         if self._on_event is None:
             ready = self.wait_for(p.Ready, timeout=timeout)
             assert isinstance(ready, p.Ready)
@@ -269,8 +286,10 @@ class WorkerClient(EngineClient):
 
     def _death_message(self, code: int) -> str:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        tail = "\n".join(list(self._stderr_tail)[-5:])
-        detail = f"\nLast log lines:\n{tail}" if tail else ""
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(timeout=2.0)  # the log's last lines, written as it died
+        line = telling_log_line(list(self._stderr_tail))
+        detail = f"\nThe log's last error: {line}" if line else ""
         return (
             f"The engine process {how}. Your conversation is kept; restart the engine to continue. Log: {self.log_path}{detail}"
         )
@@ -298,6 +317,9 @@ class WorkerClient(EngineClient):
         """Send the intent and wait for the worker's answer; the worker validates it (Load.validate)
         and decides the rest. WorkerError (e.g. bad_settings, model_file) when it refuses."""
         self.send(load)
-        loaded = self.wait_for(p.Loaded, timeout=timeout)
-        assert isinstance(loaded, p.Loaded)
-        return loaded
+        deadline = time.monotonic() + timeout
+        while True:
+            loaded = self.wait_for(p.Loaded, timeout=max(0.01, deadline - time.monotonic()))
+            assert isinstance(loaded, p.Loaded)
+            if not loaded.kept:  # an earlier refused load's model, loaded again: not this load's answer
+                return loaded

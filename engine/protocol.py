@@ -109,6 +109,7 @@ class ErrorKind(StrEnum):
     UNREACHABLE = "unreachable"
     UNAUTHORIZED = "unauthorized"
     BAD_RESPONSE = "bad_response"
+    SERVER_STOPPED = "server_stopped"  # it stopped answering mid-reply: it died, restarted, or the connection dropped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,20 +379,27 @@ class Loaded(Message):
     predicted_tok_s: dict[str, float] = field(default_factory=dict)  # the planner's decode speed here, per mode
     trainable: bool = False  # no EAGLE head is installed for this model, and our trainers support its architecture
     acceleration: Acceleration = field(default_factory=Acceleration)
-    measuring: bool = False  # auto runs vanilla while it measures the other modes; AutoDecided ends it
+    measuring: bool = False  # auto runs vanilla while it measures the other modes; an AutoDecided not measuring ends it
     chat_format_note: str = ""  # set when the file has no chat template (and when it looks like a base model)
+    # the model that was running before a refused Load (the Error before this says why), loaded again:
+    # a waiting load_intent() skips it
+    kept: bool = False
 
 
 @dataclass
 class AutoDecided(Message):
     """`auto` finished measuring in the background (the load answered in vanilla meanwhile) and now
-    runs `mode`; later answers use it. Also sent, with the mode unchanged, when an explicitly chosen
-    mode's vanilla reference was measured (the meter's "x vanilla")."""
+    runs `mode`; later answers use it (with `measuring` set: it has not finished, see there). Also
+    sent, with the mode unchanged, when an explicitly chosen mode's vanilla reference was measured
+    (the meter's "x vanilla")."""
 
     TYPE: ClassVar[str] = "auto_decided"
     mode: Mode = Mode.VANILLA
     mode_reason: str = ""
     measured_tok_s: dict[str, float] = field(default_factory=dict)
+    # auto has no decision to stand by yet: its measurement waits for a quiet machine, or the answers
+    # contradicted its decision and it measures again; `mode` runs meanwhile (mode_reason says why)
+    measuring: bool = False
 
 
 @dataclass
@@ -423,7 +431,11 @@ class Stats(Message):
     n_generated: int = 0
     ttft_ms: float = 0.0
     prefill_tok_s: float = 0.0
-    decode_tok_s: float = 0.0
+    decode_tok_s: float = 0.0  # this answer's decode speed: tokens after the first over the time since it
+    recent_tok_s: float = 0.0  # ... over about the last second (the engine's clock; 0 = not known yet)
+    # decode_tok_s over vanilla's speed measured here with the same threads, context length and
+    # prompt-length band; 0 = no such measurement (or vanilla itself): nothing to compare with
+    vs_vanilla: float = 0.0
     n_ctx_used: int = 0
     n_threads: int = 0  # decode threads in use: fewer than the cores while another process is busy
     # Mode-specific: eagle -> acceptance_length (tokens per target pass), accept_rate, drafted,

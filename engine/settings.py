@@ -4,7 +4,7 @@ and limits are the protocol's (engine.protocol), re-exported here for the settin
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from engine.atomic import write_text_atomic
@@ -51,6 +51,7 @@ class AppSettings:
     last_model: str = ""
     theme: str = "system"  # one of THEMES
     engine: str = LOCAL_ENGINE  # the engine the chat used last: "local" or remote_engine_setting(...)
+    window: list[int] = field(default_factory=list)  # [width, height] when the window last closed ([]: the default)
 
     def validate(self) -> None:
         """SettingsError (a ValueError) for what the engine would refuse: the worker's own checks."""
@@ -63,6 +64,14 @@ class AppSettings:
             raise SettingsError(f"theme must be one of {', '.join(THEMES)}, got {self.theme!r}")
         if not isinstance(self.engine, str) or (self.engine != LOCAL_ENGINE and engine_remote(self.engine) is None):
             raise SettingsError(f"engine must be 'local' or 'remote:<endpoint>/<model id>', got {self.engine!r}")
+        if not window_size_ok(self.window):
+            raise SettingsError(f"window must be [] or [width, height] in pixels, got {self.window!r}")
+
+
+def window_size_ok(size: object) -> bool:
+    return size == [] or (
+        isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and 200 <= v <= 20_000 for v in size)
+    )
 
 
 def settings_path() -> Path:
@@ -81,6 +90,8 @@ def load_settings(path: Path | None = None) -> AppSettings:
             s.theme = "system"
         if not isinstance(s.engine, str) or (s.engine != LOCAL_ENGINE and engine_remote(s.engine) is None):
             s.engine = LOCAL_ENGINE
+        if not window_size_ok(s.window):
+            s.window = []
         s.validate()
         return s
     except (OSError, ValueError, TypeError, AttributeError):

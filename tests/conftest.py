@@ -32,6 +32,12 @@ RUN_CACHE = Path(tempfile.mkdtemp(prefix="specee-test-cache-"))
 os.environ["SPECEE_CACHE_DIR"] = str(RUN_CACHE)
 atexit.register(shutil.rmtree, RUN_CACHE, True)
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# The worker reads how busy the machine is (auto's measurement waits for a quiet one; decode threads
+# give way to a busy neighbour): tests see a quiet machine, whatever else runs beside them, unless a
+# test simulates a busy one by writing the cores its neighbour uses into this file (its own copy).
+QUIET_MACHINE = RUN_CACHE / "simulated-load"
+QUIET_MACHINE.write_text("0")
+os.environ["SPECEE_SIMULATED_LOAD"] = str(QUIET_MACHINE)
 # In-process llama.cpp (engine tests) spins like the worker would without these: on 2 cores,
 # spinning OpenMP threads starve every other process (see engine/worker/process.py).
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")

@@ -514,7 +514,7 @@ def test_the_meter_shows_the_speedup_over_vanilla_and_fits_the_window(qtbot, idl
     accel = {"steps": 10, "exit_rate": 0.075, "mean_layers": 29.9, "n_layer": 30, "cand_hit_rate": 0.773}
     idle_window.context_label.setText("context 1306/4096")
     idle_window.meter.update_stats(
-        p.Stats(mode="specee", decode_tok_s=65.0, prefill_tok_s=400, ttft_ms=1200, n_generated=10, accel=accel)
+        p.Stats(mode="specee", decode_tok_s=65.0, vs_vanilla=1.08, prefill_tok_s=400, ttft_ms=1200, n_generated=10, accel=accel)
     )
     qtbot.wait(50)
     label = idle_window.meter.label

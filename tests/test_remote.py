@@ -208,7 +208,7 @@ def _part_then(rest: Script) -> Script:
         (lambda write, over: over.wait(30), "timeout", "sent nothing"),
         (lambda write, over: write("data: {this is not json\n\n"), "bad_response", "not JSON"),
         (lambda write, over: write('data: {"choices": "many"}\n\n'), "bad_response", "unknown shape"),
-        (lambda write, over: None, "bad_response", "ended before the answer was finished"),
+        (lambda write, over: None, "server_stopped", "ended before the answer was finished"),
         (lambda write, over: write('data: {"error": {"message": "out of memory"}}\n\n'), "bad_response", "out of memory"),
     ],
     ids=["stalls", "garbage", "wrong-shape", "cut-short", "error-event"],

@@ -45,6 +45,7 @@ ERROR_TITLES: dict[str, str] = {
     p.ErrorKind.UNREACHABLE: "The server cannot be reached",
     p.ErrorKind.UNAUTHORIZED: "The server refused the API key",
     p.ErrorKind.BAD_RESPONSE: "The server sent a reply that could not be read",
+    p.ErrorKind.SERVER_STOPPED: "The server stopped answering",
 }
 
 

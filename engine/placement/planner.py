@@ -156,8 +156,11 @@ def _candidates(m: ModelFacts, hw: HardwareProfile, exits: Exits | None, ctx: in
     return candidates
 
 
-def plan(m: ModelFacts, hw: HardwareProfile, exits: Exits | None = None, n_ctx: int = 4096, ctx_auto: bool = True) -> Plan:
-    """The fastest layout and mode that fits; the context shrinks (if auto) before layers leave the GPU."""
+def plan(
+    m: ModelFacts, hw: HardwareProfile, exits: Exits | None = None, n_ctx: int = 4096, ctx_auto: bool = True, n_threads: int = 0
+) -> Plan:
+    """The fastest layout and mode that fits; the context shrinks (if auto) before layers leave the GPU.
+    n_threads: the decode threads asked for (0: the physical cores)."""
     ctx = n_ctx
     if ctx_auto and hw.gpu is not None:
         # An auto context gives way first: halve it (not below 4096) while that keeps more layers
@@ -175,7 +178,7 @@ def plan(m: ModelFacts, hw: HardwareProfile, exits: Exits | None = None, n_ctx: 
         if candidates or not ctx_auto or ctx <= 512:
             break
         ctx //= 2
-    threads = hw.physical_cores
+    threads = n_threads or hw.physical_cores
     if not candidates:
         need = (m.weights_bytes + m.kv_bytes(ctx, m.n_layer) + COMPUTE_BUFFER) / GB
         where = f"{hw.ram_free_gb:.1f} GB RAM free" + (f" and {hw.gpu.vram_free_gb:.1f} GB on {hw.gpu.name}" if hw.gpu else "")
@@ -199,10 +202,14 @@ def plan(m: ModelFacts, hw: HardwareProfile, exits: Exits | None = None, n_ctx: 
     return p
 
 
+def threads_text(n: int) -> str:
+    return "1 thread" if n == 1 else f"{n} threads"
+
+
 def explain(p: Plan, m: ModelFacts, hw: HardwareProfile, exits: Exits | None, requested_ctx: int) -> str:
     parts = []
     if p.layout == "cpu" or not hw.gpu:
-        parts.append(f"All {m.n_layer} layers on the CPU ({p.cpu_bytes / GB:.1f} GB), {p.n_threads} threads")
+        parts.append(f"All {m.n_layer} layers on the CPU ({p.cpu_bytes / GB:.1f} GB), {threads_text(p.n_threads)}")
     else:
         where = "first" if p.layout == "first" else "last"
         parts.append(

@@ -47,7 +47,7 @@ ORIGINS = {"local": "your file", "hf": "downloaded", "pypi": "downloaded"}  # Mo
 # the switcher's short words for why an endpoint's models could not be listed (its tooltip says all)
 LIST_FAILURES = {"unreachable": "unreachable", "unauthorized": "API key refused", "timeout": "not answering"}
 # a remote engine failing this way before it loaded: its models are listed again, so the switcher says why too
-REMOTE_KINDS = ("unreachable", "unauthorized", "timeout", "bad_response")
+REMOTE_KINDS = ("unreachable", "unauthorized", "timeout", "bad_response", "server_stopped")
 
 
 def remote_error_text(exc: RemoteError) -> str:
@@ -425,6 +425,7 @@ class EngineChoice:
     def _on_local(self, msg: p.Message) -> None:
         if isinstance(msg, p.Loaded):
             self.local_loaded, self.local_decided = msg, None
+            self.local_path = msg.model_path  # after a refused load, the model kept is the local one
         elif isinstance(msg, p.AutoDecided):
             self.local_decided = msg
         elif isinstance(msg, p.Unloaded) or (

@@ -31,7 +31,7 @@ DEFAULT_TIMEOUTS = Timeouts()
 
 class RemoteError(EngineError):
     """A remote endpoint refused or failed a request (the local worker's is WorkerError).
-    kind: unreachable | unauthorized | timeout | bad_response (engine/protocol.py's error kinds)."""
+    kind: unreachable | unauthorized | timeout | bad_response | server_stopped (engine/protocol.py's error kinds)."""
 
 
 @dataclass
@@ -125,7 +125,7 @@ def stream_chat(client: httpx2.Client, endpoint: Endpoint, api_key: str | None, 
             raise RemoteError("bad_response", f"{url} did not send an event stream ({exc}); {_CHECK_BASE}") from None
         if not finish:
             raise RemoteError(
-                "bad_response",
+                "server_stopped",
                 f"the answer stream from {url} ended before the answer was finished; the server may have crashed or "
                 "been restarted (check its log). What arrived so far is kept.",
             )
@@ -228,10 +228,21 @@ def transport_error(exc: Exception, url: str, timeouts: Timeouts) -> RemoteError
             f"cannot connect to {url} ({_reason(exc)}): check that the server is running, that the address and port "
             "are right, and that no firewall or VPN blocks it.",
         )
-    if isinstance(exc, httpx2.RemoteProtocolError | httpx2.DecodingError):
+    if isinstance(exc, httpx2.RemoteProtocolError):  # the connection closed mid-reply: the server died or restarted
+        return RemoteError(
+            "server_stopped",
+            f"{url} broke off its reply ({_reason(exc)}); check that the server still runs, and its log. What arrived so "
+            "far is kept.",
+        )
+    if isinstance(exc, httpx2.DecodingError):
         return RemoteError(
             "bad_response",
-            f"{url} broke off or garbled its reply ({_reason(exc)}); check the server's log. What arrived so far is kept.",
+            f"{url} garbled its reply ({_reason(exc)}); check the server's log. What arrived so far is kept.",
+        )
+    if isinstance(exc, httpx2.ReadError | httpx2.WriteError):  # connected, then the connection was lost
+        return RemoteError(
+            "server_stopped",
+            f"the connection to {url} was lost ({_reason(exc)}); check the network and the server. What arrived so far is kept.",
         )
     if isinstance(exc, httpx2.NetworkError):
         return RemoteError(

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from typing import IO
 
 from engine import protocol as p
@@ -48,6 +49,19 @@ def _private_stdout() -> IO[str]:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
     return os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+
+
+def _load_again(load: p.Load | None):  # type: ignore[no-untyped-def]
+    """The session of a load that worked before (after another was refused), or None."""
+    from engine.worker.session import EngineSession
+
+    if load is None:
+        return None
+    try:
+        return EngineSession(load)
+    except Exception:  # the file went away meanwhile: nothing is loaded, the refusal says why
+        traceback.print_exc()
+        return None
 
 
 def main() -> int:
@@ -119,22 +133,33 @@ def main() -> int:
                 msg.validate()  # before the current model goes: a refused load loses nothing
             except p.SettingsError as exc:
                 channel.emit(p.Error(kind=p.ErrorKind.BAD_SETTINGS, message=str(exc)))
+                if session is not None:  # the client may have stopped answering while it waited
+                    channel.emit(replace(session.loaded, kept=True))
                 continue
+            previous = session.load if session is not None else None
             if session is not None:
-                session.close()
+                session.close()  # one model in memory at a time
                 session = None
             try:
                 session = EngineSession(msg)
                 channel.emit(session.loaded)
+                continue
             except ModelFileError as exc:
-                channel.emit(p.Error(kind=p.ErrorKind.MODEL_FILE, message=str(exc)))
+                refused = p.Error(kind=p.ErrorKind.MODEL_FILE, message=str(exc))
             except LoadError as exc:
-                channel.emit(p.Error(kind=exc.kind, message=str(exc)))
+                refused = p.Error(kind=exc.kind, message=str(exc))
             except p.SettingsError as exc:
-                channel.emit(p.Error(kind=p.ErrorKind.BAD_SETTINGS, message=str(exc)))
+                refused = p.Error(kind=p.ErrorKind.BAD_SETTINGS, message=str(exc))
             except Exception as exc:  # the worker survives any load failure and says so
                 traceback.print_exc()
-                channel.emit(p.Error(kind=p.ErrorKind.INTERNAL, message=f"loading failed: {exc}"))
+                refused = p.Error(kind=p.ErrorKind.INTERNAL, message=f"loading failed: {exc}")
+            # a refused load keeps the model that was running: it loads again, and says so
+            session = _load_again(previous)
+            if session is not None:
+                refused.message += f" {session.loaded.name} stays loaded, as it was."
+            channel.emit(refused)
+            if session is not None:
+                channel.emit(replace(session.loaded, kept=True))
         elif isinstance(msg, p.CountTokens):
             if session is None:
                 channel.emit(p.TokenCount(msg.request_id))  # n_ctx 0: nothing loaded to count with

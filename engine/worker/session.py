@@ -7,6 +7,7 @@ import ctypes
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,15 +24,19 @@ from engine.models.acceleration import AccelerationError, check_eagle_head, find
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import GGUFInfo, ModelFileError, inspect_gguf
+from engine.models.registry import ModelRegistry
 from engine.models.weights_check import check_weights
 from engine.native import build_info, exit_archs
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
 from engine.worker import auto
-from engine.worker.threads import ThreadGovernor
+from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
+RECENT_S = 1.0  # Stats.recent_tok_s: the decode speed over about this long
+SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
+DECISIONS_VERSION = "v2"  # auto's cache key: v2 entries were measured on a quiet machine, per context length
 CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
 # Default draft lengths: an n-gram match is usually a copy that runs on; a draft model's guesses fade
 TRAINING_FREE_DRAFT = {"ngram": 6, "draft": 3}
@@ -49,12 +54,15 @@ class EngineSession:
 
     def __init__(self, load: p.Load) -> None:
         start = time.perf_counter()
+        self.load = load
         info = inspect_gguf(load.model_path)  # ModelFileError: clear message for bad files
         check_weights(info)  # ... and for a sound header over garbage weights
         placement, self.plan, predicted = resolve_placement(load)
         self.placement = placement
         self.n_threads = placement.n_threads or physical_cores()
         self._governor: ThreadGovernor | None = None  # auto threads: follow what other processes leave free
+        self._sample = machine_sampler()
+        self._threads_now = self.n_threads  # what the target's context decodes with now
         lib = None
         if placement.layout == "first":
             from engine import native
@@ -83,7 +91,7 @@ class EngineSession:
                 lib.specee_set_first_layers_on_gpu(-1, False)  # later loads (the EAGLE head) keep upstream's
         self.info = info
         if not placement.n_threads and self.n_threads > 1:
-            self._governor = ThreadGovernor(self._set_threads, self.n_threads)
+            self._governor = ThreadGovernor(self._set_threads, self.n_threads, sample=self._sample)
         model = self.llm._model
         self._vocab = model.vocab
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
@@ -94,11 +102,15 @@ class EngineSession:
         self._keep_mode = False  # ... or an explicit mode's vanilla reference (the mode stays)
         self._auto_key_pending = ""
         self._decisions = auto.DecisionCache(cache_dir() / "auto-mode.json")
+        self.reference = auto.VanillaReference()  # vanilla's speed here, per threads and prompt band
+        self._auto_makers: dict | None = None  # auto's candidate modes and the key of its decision
+        self._decision_key = ""
+        self._answers = auto.AnswerCheck()  # do the answers bear auto's decision out?
         makers, why_not, acceleration = self._available_modes(load, Path(load.model_path))
         self.mode, self.decoder = self._make_decoder(load, makers, why_not)
         self.loaded = p.Loaded(
             model_path=str(load.model_path),
-            name=info.name,
+            name=display_name(Path(load.model_path)),
             architecture=info.architecture,
             n_layer=info.n_layer,
             n_embd=info.n_embd,
@@ -130,7 +142,9 @@ class EngineSession:
         if load.mode != p.Mode.AUTO:
             if load.mode not in makers:
                 raise LoadError(*why_not[load.mode])
-            self.measured = self._decisions.speeds_like(self._auto_key(model_path, sorted(makers)))
+            like = self._decisions.like(self._auto_key(model_path, sorted(makers)))
+            self.measured = dict(like.get("speeds", {}))
+            self.reference = auto.VanillaReference(like.get("vanilla_reference"))
             decoder = makers[load.mode]()
             if not self.measured.get("vanilla"):
                 # the meter says how the chosen mode compares with vanilla: measure vanilla here while
@@ -139,9 +153,11 @@ class EngineSession:
             return p.Mode(load.mode), decoder
         makers = {m: make for m, make in makers.items() if m not in why_not}  # auto skips an unmeasured head
         key = self._auto_key(model_path, sorted(makers))
+        self._auto_makers, self._decision_key = makers, key
         cached = self._decisions.get(key)
         if cached is not None and cached["mode"] in ("vanilla", *makers):
             self.measured = dict(cached["speeds"])
+            self.reference = auto.VanillaReference(cached.get("vanilla_reference"))
             self.mode_reason = auto.explain(cached["speeds"], cached["mode"], cached.get("failed"))
             mode = p.Mode(cached["mode"])
             return mode, makers[mode]() if mode != p.Mode.VANILLA else VanillaDecoder(self.llm)
@@ -154,7 +170,7 @@ class EngineSession:
         vanilla = VanillaDecoder(self.llm)
         budget = self.llm.n_ctx() // 2
         prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
-        self._auto = auto.AutoCalibration(prompts, makers, vanilla)
+        self._auto = auto.AutoCalibration(prompts, makers, vanilla, self.n_threads, self._sample)
         self._auto_key_pending, self._keep_mode = key, keep_mode
         return vanilla
 
@@ -228,36 +244,79 @@ class EngineSession:
             stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
         pl = self.placement
         build = build_info().get("build_key", "")
-        return (f"{model_sha256(model_path)}|{','.join(stamps)}|{build}|{detect_hardware().cpu_model}|{self.n_threads}|"
-                f"{pl.layout}:{pl.n_gpu_layers}|{','.join(modes)}")  # fmt: skip
+        return (f"{DECISIONS_VERSION}|{model_sha256(model_path)}|{','.join(stamps)}|{build}|{detect_hardware().cpu_model}|"
+                f"{self.n_threads}|{pl.n_ctx}|{pl.layout}:{pl.n_gpu_layers}|{','.join(modes)}")  # fmt: skip
 
     def has_background_work(self) -> bool:
         return self._auto is not None
 
     def background_step(self, interrupted: Callable[[], bool]) -> p.AutoDecided | None:
-        """One unit of auto's measurement; the decision once the last unit ran."""
+        """One unit of auto's measurement; the decision once the last unit ran (or, when a unit had to
+        be set aside because other processes were busy, word that the measurement waits)."""
         cal = self._auto
         assert cal is not None
+        if cal.waiting:
+            return None
+        if self._threads_now != self.n_threads:
+            self._set_threads(self.n_threads)  # measured with every thread (a busy machine's units don't count)
+        was_postponed = cal.postponed
         cal.step(interrupted)
         self.decoder.forget()  # the measurement used the target's KV cache
+        if cal.postponed and not was_postponed:  # say so once, not at every retry
+            busy = f"other programs kept {cal.busy_cores:.1f} cores busy while it measured"
+            if self._keep_mode:
+                why = f"{self.mode_reason}; vanilla's speed here is measured once the machine is quiet ({busy})"
+            else:
+                self.mode_reason = why = (f"auto: {busy}, so it waits for a quiet machine before it decides (speeds "
+                                          f"measured beside a busy neighbour mislead); {self.mode} until then")  # fmt: skip
+                self.loaded.mode_reason = why
+            return p.AutoDecided(mode=self.mode, mode_reason=why, measured_tok_s=self.measured, measuring=True)
         if not cal.done:
             return None
         speeds = cal.speeds()
+        reference = cal.reference()
         if self._keep_mode:
             mode = self.mode
-            self._decisions.put(self._auto_key_pending, p.Mode.VANILLA, speeds, cal.failed)
+            self._decisions.put(self._auto_key_pending, p.Mode.VANILLA, speeds, cal.failed, reference)
             cal.close()
             self.mode_reason = f"{self.mode_reason}; vanilla measured here: {speeds['vanilla']:.1f} tok/s".lstrip("; ")
         else:
             mode = p.Mode(auto.choose(speeds))
-            self._decisions.put(self._auto_key_pending, mode, speeds, cal.failed)
+            self._decisions.put(self._auto_key_pending, mode, speeds, cal.failed, reference)
             self.decoder = cal.take(mode)
             self.mode_reason = auto.explain(speeds, mode, cal.failed)
         self.mode, self._auto = mode, None
         self.measured = speeds
+        self.reference.speeds.update(reference)
+        self._answers = auto.AnswerCheck()
         self.loaded.mode, self.loaded.mode_reason, self.loaded.measured_tok_s = mode, self.mode_reason, speeds
         self.loaded.measuring = False
         return p.AutoDecided(mode=mode, mode_reason=self.mode_reason, measured_tok_s=speeds)
+
+    def _after_answer(self, tok_s: float, threads: set[int], band: int, n_decoded: int, quiet: bool) -> p.AutoDecided | None:
+        """What an answer's speed teaches: vanilla's own speed in its conditions, and whether auto's
+        decision holds; when the answers contradict it, it is forgotten and measured again. An answer
+        that ran beside a busy neighbour teaches nothing (nor does a short one, or one whose threads changed)."""
+        if not quiet or len(threads) != 1 or n_decoded < auto.MIN_COMPARE_TOKENS or tok_s <= 0:
+            return None
+        (n_threads,) = threads
+        if self.mode == p.Mode.VANILLA:
+            self.reference.record(n_threads, band, tok_s)
+            return None
+        ratio = self.reference.ratio(tok_s, n_threads, band)
+        if self._auto_makers is None or self._auto is not None or not self._answers.add(ratio):
+            return None
+        was = self.mode
+        self._decisions.forget(self._decision_key)
+        old, self.decoder = self.decoder, self._calibrate(self._auto_makers, self._decision_key, keep_mode=False)
+        old.close()
+        self.mode = p.Mode.VANILLA
+        self.mode_reason = (
+            f"auto: {auto.CONTRADICTIONS} answers in a row ran slower in {was} ({ratio:.2f}x) than vanilla measured "
+            "here in the same conditions, so its decision is measured again; vanilla until then"
+        )
+        self.loaded.mode, self.loaded.mode_reason, self.loaded.measuring = self.mode, self.mode_reason, True
+        return p.AutoDecided(mode=self.mode, mode_reason=self.mode_reason, measured_tok_s=self.measured, measuring=True)
 
     def _eagle_decoder(self, load: p.Load, pack, head: Path) -> DrafterDecoder:  # type: ignore[no-untyped-def]
         try:
@@ -321,6 +380,7 @@ class EngineSession:
     def _set_threads(self, n: int) -> None:
         llama_cpp.llama_set_n_threads(self.llm._ctx.ctx, n, n)
         self.decoder.set_threads(n)
+        self._threads_now = n
 
     def _chat_format_note(self, info: GGUFInfo) -> str:
         if self.prompt.has_template:
@@ -387,12 +447,28 @@ class EngineSession:
         finish = p.FinishReason.CONTEXT_FULL  # when the token stream ends on its own
         t_first = t_last = 0.0
         last_stats = 0.0
+        band = auto.prompt_band(len(tokens))
+        recent: deque[tuple[float, int]] = deque()  # (time, tokens generated): the last second of decode
+        governor = self._governor
+        if governor is not None:
+            governor.restart()
+            if self._threads_now != governor.current:
+                self._set_threads(governor.current)
+        threads_used = {self._threads_now}
+        machine_before = self._sample()  # was the machine quiet while this answer ran?
+
+        def decode_speed() -> float:
+            """Tokens after the first over the time since it: the prompt's prefill never counts."""
+            n_gen = len(out_tokens)
+            return (n_gen - 1) / (t_last - t_first) if n_gen > 1 and t_last > t_first else 0.0
 
         def stats() -> p.Stats:
             now_first = t_first or time.perf_counter()
             n_gen = len(out_tokens)
-            decode = (n_gen - 1) / (t_last - t_first) if n_gen > 1 and t_last > t_first else 0.0
+            decode = decode_speed()
             prefill_n = len(tokens) - cached
+            (t_old, n_old), (t_new, n_new) = (recent[0], recent[-1]) if recent else ((0.0, 0), (0.0, 0))
+            comparable = len(threads_used) == 1 and n_gen > SHOW_RATIO_AFTER and self.mode != p.Mode.VANILLA
             return p.Stats(
                 request_id=req.request_id,
                 mode=self.mode,
@@ -402,20 +478,18 @@ class EngineSession:
                 ttft_ms=(now_first - t0) * 1000,
                 prefill_tok_s=prefill_n / max(now_first - t0, 1e-9),
                 decode_tok_s=decode,
+                recent_tok_s=(n_new - n_old) / (t_new - t_old) if t_new > t_old else decode,
+                vs_vanilla=self.reference.ratio(decode, self._threads_now, band) if comparable else 0.0,
                 n_ctx_used=self.decoder.kv_used(),
-                n_threads=self._governor.current if self._governor else self.n_threads,
+                n_threads=self._threads_now,
                 accel=self.decoder.accel_stats(),
             )
 
         margins: list[float] = []
         gen = self.decoder.stream(tokens, s)
-        governor = self._governor
-        if governor is not None:
-            governor.restart()
-            self.decoder.set_threads(governor.current)  # a decoder made since keeps the count
         for tok in gen:
             if governor is not None:
-                governor.tick()
+                threads_used.add(governor.tick())
             now = time.perf_counter()
             if not t_first:
                 t_first = now
@@ -426,6 +500,9 @@ class EngineSession:
                 finish = p.FinishReason.STOP
                 break
             out_tokens.append(tok)
+            recent.append((now, len(out_tokens)))
+            while len(recent) > 2 and recent[1][0] <= now - RECENT_S:
+                recent.popleft()
             pending += decoder.decode(self._piece(tok))
             emit_now, pending, hit = _split_stop(pending, stops, hold)
             if emit_now:
@@ -450,6 +527,9 @@ class EngineSession:
             emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
+        quiet = cores_used_by_others(machine_before, self._sample()) <= TOLERATED_CORES
+        if decided := self._after_answer(decode_speed(), threads_used, band, len(out_tokens) - 1, quiet):
+            emit(decided)
 
 
 # SpecEE's per-layer exit checks (an eval callback that computes the graph in pieces) corrupt memory
@@ -458,6 +538,17 @@ SPECEE_NOT_ON_VULKAN = (
     "specee does not run with layers on a Vulkan GPU yet (its per-layer exit checks crash the Vulkan backend); "
     "use eagle, ngram or vanilla there, or load with every layer on the CPU (GPU layers 0)"
 )
+
+
+def display_name(model_path: Path) -> str:
+    """What people call the model: its id in the registry (the model switcher's name for it), else the
+    file's name; never the GGUF's general.name, which reads like "Smollm2 135M 8k Lc100K Mix1 Ep2"."""
+    try:
+        resolved = model_path.resolve()
+        record = next((m for m in ModelRegistry().all() if Path(m.path).resolve() == resolved), None)
+    except OSError:
+        record = None
+    return record.id if record else model_path.stem
 
 
 def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]:

@@ -12,13 +12,18 @@ our own, and applied with llama_set_n_threads (cheap, takes effect at the next d
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 SAMPLE_INTERVAL_S = 0.5
 # A neighbour using less than this share of a core (an app window repainting) keeps every thread.
 TOLERATED_CORES = 0.4
+# Tests simulate a busy machine by naming a file that holds the cores other processes use (a float,
+# rewritten at will): the worker's readings then report that load instead of the machine's.
+SIMULATED_LOAD_ENV = "SPECEE_SIMULATED_LOAD"
 
 
 @dataclass
@@ -36,6 +41,37 @@ def sample_cpu() -> CpuSample:
     busy = sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
     own = psutil.Process().cpu_times()
     return CpuSample(time.monotonic(), busy, own.user + own.system)
+
+
+def _simulated(path: str) -> Callable[[], CpuSample]:
+    """Readings of this process's real CPU time beside a neighbour using as many cores as `path` says."""
+    state = {"t": time.monotonic(), "others": 0.0}
+
+    def sample() -> CpuSample:
+        real = sample_cpu()
+        try:
+            cores = float(Path(path).read_text().strip() or 0)
+        except (OSError, ValueError):
+            cores = 0.0
+        state["others"] += cores * max(0.0, real.wall_s - state["t"])
+        state["t"] = real.wall_s
+        return CpuSample(real.wall_s, real.own_s + state["others"], real.own_s)
+
+    return sample
+
+
+def machine_sampler() -> Callable[[], CpuSample]:
+    """The machine's CPU readings (or, under SPECEE_SIMULATED_LOAD, a simulated neighbour's)."""
+    path = os.environ.get(SIMULATED_LOAD_ENV)
+    return _simulated(path) if path else sample_cpu
+
+
+def cores_used_by_others(before: CpuSample, after: CpuSample) -> float:
+    """The cores other processes kept busy between two readings."""
+    wall = after.wall_s - before.wall_s
+    if wall <= 0:
+        return 0.0
+    return max(0.0, (after.busy_s - before.busy_s) - (after.own_s - before.own_s)) / wall
 
 
 def threads_for(others_cores: float, n_max: int) -> int:
@@ -67,7 +103,7 @@ class ThreadGovernor:
         wall = now.wall_s - self._last.wall_s
         if wall < self.interval_s:
             return self.current
-        self.others_cores = max(0.0, (now.busy_s - self._last.busy_s) - (now.own_s - self._last.own_s)) / wall
+        self.others_cores = cores_used_by_others(self._last, now)
         self._last = now
         want = threads_for(self.others_cores, self.n_max)
         if want != self.current:
