@@ -10,36 +10,31 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QShowEvent
-from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from app import theme
 from app.chat_panel import ChatPanel
 from app.composer import button
-from app.endpoint_dialog import EndpointDialog
 from app.header import HeaderBar
-from app.model_manager import ModelManager
 from app.model_resolver import ModelResolver
-from app.my_models import MyModels, open_my_models, scan_in_background
+from app.my_models import scan_in_background
 from app.serve_switch import ServeSwitch
-from app.settings_dialog import SettingsDialog
 from app.sidebar import ConversationSidebar
 from app.status_bar import StatusBar
 from app.train_runner import TrainRunner
 from app.welcome import WelcomePane
+from app.window_places import WindowPlaces
 from app.worker_bridge import WorkerBridge
 from engine import protocol as p
-from engine.about import about_text
 from engine.chats.session import ChatSession
 from engine.chats.store import ConversationStore
 from engine.models.default_model import default_model_path, installed_default_model
 from engine.remote import engine_choice as ec
 from engine.remote.client import display_model
-from engine.settings import load_settings, save_settings
-
-ABOUT = "Local chat with SpecEE early exit and EAGLE drafting."
+from engine.settings import load_settings
 
 
-class MainWindow(QMainWindow):
+class MainWindow(WindowPlaces, QMainWindow):
     DEFAULT_SIZE = (1040, 700)  # a first start's size: the status bar's meter must fit in it
 
     def __init__(
@@ -114,7 +109,6 @@ class MainWindow(QMainWindow):
         ):  # fmt: skip
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
-        self.panel.engine_wanted.connect(self._continue_needs_engine)
         self.sidebar.chosen.connect(lambda: self.input.setFocus())  # Enter on a chat: ready for the next question
         for key, slot in (
             ("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer),
@@ -217,90 +211,6 @@ class MainWindow(QMainWindow):
         elif isinstance(ev, ec.Remember) and self.settings.engine != ev.engine:
             self.settings = replace(self.settings, engine=ev.engine)
             self._save_settings()
-
-    def open_endpoint_dialog(self) -> EndpointDialog:
-        dialog = EndpointDialog(self.choice.endpoints, self)
-        dialog.saved.connect(self._on_endpoint_saved)
-        dialog.removed.connect(self.choice.endpoint_removed)
-        dialog.show()
-        return dialog
-
-    def _on_endpoint_saved(self, name: str, models: list[str], why: str) -> None:
-        self.choice.endpoint_saved(name, models)
-        if why:
-            self.status.say(f"The API key for {name} is kept for this session only: {why}", error=True)
-
-    # -- the window's places ------------------------------------------------------------------------
-
-    def _about(self) -> None:
-        QMessageBox.about(self, "About SpecEE Chat", about_text(self.native_info) + "\n\n" + ABOUT)
-
-    def repair_default_model(self) -> None:
-        """The default model's file is damaged: fetch it again (verified), then load it."""
-        self.repair_button.setVisible(False)
-        resolver = ModelResolver(self)
-        resolver.progress.connect(self.state_label.setText)
-        resolver.resolved.connect(self.switch_model)
-        resolver.failed.connect(lambda msg: self._show_error("model_file", msg))
-        resolver.run(repair=True)
-
-    def open_model_manager(self) -> ModelManager:
-        dialog = ModelManager(self)
-        dialog.use_model.connect(self.switch_model)
-        dialog.finished.connect(lambda _r: self.refresh_models())
-        dialog.show()
-        return dialog
-
-    def open_my_models(self, select: str = "") -> MyModels:
-        return open_my_models(self, select)
-
-    def open_settings(self) -> SettingsDialog:
-        local = self.choice.is_remote  # the settings are the local model's
-        loaded, decided = (self.choice.local_loaded, self.choice.local_decided) if local else (self.loaded, self.decided)
-        dialog = SettingsDialog(self.settings, loaded, decided, self)
-
-        def apply() -> None:
-            new = dialog.result_settings(self.settings)
-            if new == self.settings:
-                return
-            old, self.settings = self.settings, new
-            self._save_settings()
-            if new.theme != old.theme:
-                self.set_theme(new.theme)
-            if replace(new, theme=old.theme) != old:  # the look alone needs no reload
-                if self.choice.is_remote:  # the local model loads with them when the chat goes back to it
-                    self.choice.drop_local_model()
-                elif self.model_path:
-                    self.switch_model(self.model_path)
-
-        dialog.accepted.connect(apply)
-        dialog.show()
-        return dialog
-
-    def _save_settings(self) -> None:
-        try:
-            save_settings(self.settings)
-        except OSError as exc:  # a full or read-only disk: the choice holds for this session
-            self.statusBar().showMessage(f"Settings could not be saved: {exc}", 8000)
-
-    def train_acceleration(self) -> None:
-        """Models without shipped weights run vanilla; this trains theirs in the background."""
-        if self.trainer is not None or not self.model_path:
-            return
-        self.trainer = TrainRunner(self.model_path, self)
-        self.trainer.progress.connect(lambda line: self.state_label.setText(f"Training acceleration: {line}"))
-
-        def done(ok: bool, message: str) -> None:
-            self.trainer = None
-            self.train_button.setEnabled(True)
-            self.notices.append(message)
-            self._render()
-            if ok and self.model_path:
-                self.switch_model(self.model_path)
-
-        self.trainer.finished.connect(done)
-        self.train_button.setEnabled(False)
-        self.trainer.start()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.request_id and self.chat.answer_msg_id:

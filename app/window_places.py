@@ -1,0 +1,111 @@
+"""The main window's places: the dialogs it opens from the sidebar and the header (remote engines,
+About, the model manager, My models, Settings, training acceleration) and what their answers do to
+the window. A part of MainWindow (app/main_window.py), kept apart so that no app/ file grows past
+~400 lines; it draws and sends intent like the rest of the window."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from PySide6.QtWidgets import QMessageBox
+
+from app.endpoint_dialog import EndpointDialog
+from app.model_manager import ModelManager
+from app.model_resolver import ModelResolver
+from app.my_models import MyModels, open_my_models
+from app.settings_dialog import SettingsDialog
+from app.train_runner import TrainRunner
+from engine.about import about_text
+from engine.settings import save_settings
+
+if TYPE_CHECKING:
+    from app.main_window import MainWindow
+
+ABOUT = "Local chat with SpecEE early exit and EAGLE drafting."
+
+
+class WindowPlaces:
+    """MainWindow's dialogs (a mixin: it works on the window's own widgets and state)."""
+
+    def open_endpoint_dialog(self: MainWindow) -> EndpointDialog:
+        dialog = EndpointDialog(self.choice.endpoints, self)
+        dialog.saved.connect(self._on_endpoint_saved)
+        dialog.removed.connect(self.choice.endpoint_removed)
+        dialog.show()
+        return dialog
+
+    def _on_endpoint_saved(self: MainWindow, name: str, models: list[str], why: str) -> None:
+        self.choice.endpoint_saved(name, models)
+        if why:
+            self.status.say(f"The API key for {name} is kept for this session only: {why}", error=True)
+
+    def _about(self: MainWindow) -> None:
+        QMessageBox.about(self, "About SpecEE Chat", about_text(self.native_info) + "\n\n" + ABOUT)
+
+    def repair_default_model(self: MainWindow) -> None:
+        """The default model's file is damaged: fetch it again (verified), then load it."""
+        self.repair_button.setVisible(False)
+        resolver = ModelResolver(self)
+        resolver.progress.connect(self.state_label.setText)
+        resolver.resolved.connect(self.switch_model)
+        resolver.failed.connect(lambda msg: self._show_error("model_file", msg))
+        resolver.run(repair=True)
+
+    def open_model_manager(self: MainWindow) -> ModelManager:
+        dialog = ModelManager(self)
+        dialog.use_model.connect(self.switch_model)
+        dialog.finished.connect(lambda _r: self.refresh_models())
+        dialog.show()
+        return dialog
+
+    def open_my_models(self: MainWindow, select: str = "") -> MyModels:
+        return open_my_models(self, select)
+
+    def open_settings(self: MainWindow) -> SettingsDialog:
+        local = self.choice.is_remote  # the settings are the local model's
+        loaded, decided = (self.choice.local_loaded, self.choice.local_decided) if local else (self.loaded, self.decided)
+        dialog = SettingsDialog(self.settings, loaded, decided, self)
+
+        def apply() -> None:
+            new = dialog.result_settings(self.settings)
+            if new == self.settings:
+                return
+            old, self.settings = self.settings, new
+            self._save_settings()
+            if new.theme != old.theme:
+                self.set_theme(new.theme)
+            if replace(new, theme=old.theme) != old:  # the look alone needs no reload
+                if self.choice.is_remote:  # the local model loads with them when the chat goes back to it
+                    self.choice.drop_local_model()
+                elif self.model_path:
+                    self.switch_model(self.model_path)
+
+        dialog.accepted.connect(apply)
+        dialog.show()
+        return dialog
+
+    def _save_settings(self: MainWindow) -> None:
+        try:
+            save_settings(self.settings)
+        except OSError as exc:  # a full or read-only disk: the choice holds for this session
+            self.statusBar().showMessage(f"Settings could not be saved: {exc}", 8000)
+
+    def train_acceleration(self: MainWindow) -> None:
+        """Models without shipped weights run vanilla; this trains theirs in the background."""
+        if self.trainer is not None or not self.model_path:
+            return
+        self.trainer = TrainRunner(self.model_path, self)
+        self.trainer.progress.connect(lambda line: self.state_label.setText(f"Training acceleration: {line}"))
+
+        def done(ok: bool, message: str) -> None:
+            self.trainer = None
+            self.train_button.setEnabled(True)
+            self.notices.append(message)
+            self._render()
+            if ok and self.model_path:
+                self.switch_model(self.model_path)
+
+        self.trainer.finished.connect(done)
+        self.train_button.setEnabled(False)
+        self.trainer.start()
