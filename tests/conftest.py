@@ -162,6 +162,29 @@ def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-u
     return p.Placement(n_ctx=n_ctx, n_gpu_layers=gpu_layers(backend), layout="first" if ON_LAVAPIPE else "last")
 
 
+@pytest.fixture
+def store(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A conversation store of the test's own."""
+    from engine.chats.store import ConversationStore
+
+    return ConversationStore(tmp_path / "chats.db")
+
+
+@pytest.fixture
+def answer_tokens() -> int:
+    """How long the `window` fixture's greedy answers run; a module overrides it."""
+    return 24
+
+
+@pytest.fixture
+def window(qtbot, model_path: Path, store, answer_tokens: int):  # type: ignore[no-untyped-def]
+    """The real window and worker over the test's own store (test_app.py has a plainer one)."""
+    from engine import protocol as p
+
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(answer_tokens), store=store) as win:
+        yield win
+
+
 @contextmanager
 def loaded_window(qtbot, **kwargs: Any) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     """The real window (MainWindow(**kwargs)), shown, its engine started and its model loaded; closed after."""

@@ -13,19 +13,12 @@ from PySide6.QtCore import Qt
 from app.main_window import MainWindow
 from engine import protocol as p
 from engine.chats.store import ConversationStore
-from tests.conftest import loaded_window
 from tests.pdf_fixture import write_pdf
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ConversationStore:
-    return ConversationStore(tmp_path / "chats.db")
-
-
-@pytest.fixture
-def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
-    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(16), store=store) as win:
-        yield win
+def answer_tokens() -> int:
+    return 16
 
 
 def test_a_pdf_goes_with_the_question_quoted_under_its_name_and_shows_as_a_chip(  # type: ignore[no-untyped-def]

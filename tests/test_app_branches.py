@@ -24,14 +24,8 @@ CTRL = Qt.KeyboardModifier.ControlModifier
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ConversationStore:
-    return ConversationStore(tmp_path / "chats.db")
-
-
-@pytest.fixture
-def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
-    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(16), store=store) as win:
-        yield win
+def answer_tokens() -> int:
+    return 16
 
 
 def send(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]

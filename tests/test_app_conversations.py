@@ -11,18 +11,6 @@ from PySide6.QtCore import Qt
 from app.main_window import MainWindow
 from engine import protocol as p
 from engine.chats.store import ConversationStore
-from tests.conftest import loaded_window
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> ConversationStore:
-    return ConversationStore(tmp_path / "chats.db")
-
-
-@pytest.fixture
-def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
-    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(24), store=store) as win:
-        yield win
 
 
 def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]

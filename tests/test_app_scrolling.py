@@ -12,7 +12,6 @@ from PySide6.QtWidgets import QPlainTextEdit, QPushButton, QWidget
 from app.main_window import MainWindow
 from engine import protocol as p
 from engine.chats.store import ConversationStore
-from tests.conftest import loaded_window
 from tests.test_app import ask
 
 # prose with code blocks: the wrapped labels' minimum heights once ran the scroll range ~2,500 px
@@ -43,15 +42,8 @@ def shows_the_end(win: MainWindow) -> bool:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ConversationStore:
-    return ConversationStore(tmp_path / "conversations.db")
-
-
-@pytest.fixture
-def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
-    """The real window and worker, with a store of its own."""
-    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32), store=store) as win:
-        yield win
+def answer_tokens() -> int:
+    return 32
 
 
 def open_window(qtbot, tmp_path: Path, store: ConversationStore) -> MainWindow:  # type: ignore[no-untyped-def]
