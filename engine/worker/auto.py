@@ -16,11 +16,14 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import protocol as p
 from engine.atomic import write_text_atomic
-from engine.llm.decoders import Decoder
 from engine.worker.threads import TOLERATED_CORES, CpuSample, cores_used_by_others, sample_cpu
+
+if TYPE_CHECKING:  # only a type: auto's rules import (and test) without the native build
+    from engine.llm.decoders import Decoder
 
 CALIBRATION_TOKENS = 48
 MIN_GAIN = 1.03  # below it a mode is noise away from vanilla: keep vanilla
