@@ -97,7 +97,11 @@ def make_deb(app: Path, out_dir: Path) -> Path | None:
     (root / "DEBIAN" / "control").write_text(
         f"Package: {APP}\nVersion: {__version__}\nSection: utils\nPriority: optional\nArchitecture: amd64\n"
         f"Installed-Size: {size_kb}\nMaintainer: SpecEE Chat <team@specee.invalid>\n"
-        "Depends: libc6, libgl1, libegl1, libxkbcommon0, libfontconfig1\n"
+        # Qt's xcb platform plugin (libQt6XcbQpa) links these; libxcb-cursor0 is missing from many desktops,
+        # and without it the window does not open at all ("could not load the Qt platform plugin xcb")
+        "Depends: libc6, libgl1, libegl1, libxkbcommon0, libxkbcommon-x11-0, libfontconfig1, libxcb1, libxcb-cursor0, "
+        "libxcb-icccm4, libxcb-image0, libxcb-keysyms1, libxcb-randr0, libxcb-render0, libxcb-render-util0, "
+        "libxcb-shape0, libxcb-shm0, libxcb-sync1, libxcb-util1, libxcb-xfixes0, libxcb-xkb1\n"
         "Description: local LLM chat with SpecEE early exit and EAGLE drafting\n"
         " Chat with a local language model; the default model ships inside.\n"
     )
