@@ -65,6 +65,9 @@ def test_linux_installers_build_install_and_run(tmp_path: Path, model_path: Path
     if deb is not None:
         files = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
         assert "./opt/specee-chat/specee-chat" in files and "./usr/share/applications/specee-chat.desktop" in files
+        # Qt's xcb plugin links libxcb-cursor (and more): without it the window never opened on a bare X desktop
+        depends = subprocess.run(["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True, text=True, check=True).stdout
+        assert {"libxcb-cursor0", "libxkbcommon-x11-0", "libegl1"} <= {d.strip() for d in depends.split(",")}
         x = tmp_path / "deb"
         subprocess.run(["dpkg-deb", "-x", str(deb), str(x)], check=True)
         assert build_linux.smoke(x / "opt" / "specee-chat" / "specee-chat")["ok"]
