@@ -74,7 +74,7 @@ def model_sha256(path: Path) -> str:
     path = path.resolve()
     st = path.stat()
     for record in ModelRegistry().all():
-        if Path(record.path).resolve() == path and record.size == st.st_size:
+        if record.size == st.st_size and ModelRegistry.same_file(record, path):
             return record.sha256
     cache_file = cache_dir() / "sha256-cache.json"
     try:

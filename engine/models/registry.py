@@ -45,6 +45,15 @@ class ModelRegistry:
     def get(self, model_id: str) -> ModelRecord | None:
         return next((m for m in self.all() if m.id == model_id), None)
 
+    @staticmethod
+    def same_file(record: ModelRecord, path: Path) -> bool:
+        """Whether the record is of this file (compared after resolving links)."""
+        return Path(record.path).resolve() == Path(path).resolve()
+
+    def by_path(self, path: Path) -> ModelRecord | None:
+        """The record of this file, if it is registered."""
+        return next((m for m in self.all() if self.same_file(m, path)), None)
+
     def add(self, record: ModelRecord) -> None:
         record.added = record.added or time.time()
         models = [m for m in self.all() if m.id != record.id] + [record]

@@ -544,8 +544,7 @@ def display_name(model_path: Path) -> str:
     """What people call the model: its id in the registry (the model switcher's name for it), else the
     file's name; never the GGUF's general.name, which reads like "Smollm2 135M 8k Lc100K Mix1 Ep2"."""
     try:
-        resolved = model_path.resolve()
-        record = next((m for m in ModelRegistry().all() if Path(m.path).resolve() == resolved), None)
+        record = ModelRegistry().by_path(model_path)
     except OSError:
         record = None
     return record.id if record else model_path.stem
