@@ -18,10 +18,10 @@ from engine import native
 from engine import protocol as p
 from engine.llm.chat_prompt import ChatPrompt
 from engine.llm.decoders import SpecEEDecoder, VanillaDecoder
+from engine.llm.load import capture_head_layers
+from engine.models.acceleration import head_target_layers
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
-from engine.placement.machine import vulkan_gpu_present
-from engine.worker.session import SPECEE_NOT_ON_VULKAN
 from tests.conftest import BACKENDS, gpu_layers
 
 HEAD = RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gguf"
@@ -35,11 +35,15 @@ def _llm(model_path: Path, backend: str = "cpu") -> Llama:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def llm(model_path: Path, request: pytest.FixtureRequest) -> Llama:
-    if request.param == "gpu" and vulkan_gpu_present():
-        pytest.skip(f"Vulkan: {SPECEE_NOT_ON_VULKAN} (the worker refuses it; tests/test_specee_mode.py pins that)")
     m = _llm(model_path, request.param)
+    if request.param == "gpu":
+        capture_head_layers(m, head_target_layers(HEAD))  # as the worker does on a GPU, before any decode
     yield m
     m.close()
+
+
+def _on_gpu(llm: Llama) -> bool:
+    return llm.model_params.n_gpu_layers != 0
 
 
 def _tokens(llm: Llama, model_path: Path, text: str) -> list[int]:
@@ -128,7 +132,12 @@ def test_record_mode_logits_match_the_numpy_reference(llm: Llama, model_path: Pa
     finally:
         dec.close()
     h, _ = _reference_output(model_path, [*tokens, first], 11)
-    np.testing.assert_allclose(rec[11], _reference_candidate_logits(model_path, h, cands), rtol=1e-3, atol=1e-3)
+    want = _reference_candidate_logits(model_path, h, cands)
+    if _on_gpu(llm):  # the reference runs on the CPU; a GPU sums in another order
+        assert np.linalg.norm(rec[11] - want) / np.linalg.norm(want) < 1e-2
+        assert np.argmax(rec[11]) == np.argmax(want)
+    else:
+        np.testing.assert_allclose(rec[11], want, rtol=1e-3, atol=1e-3)
 
 
 def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(llm: Llama, model_path: Path) -> None:
@@ -218,8 +227,14 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, mod
     # Layers up to the exit ran; layer exit+1 reads h_exit as its own input, so its fill is the
     # full pass's own computation: all bit-identical to the plain decode.
     for layer in range(exit_layer + 2):
-        np.testing.assert_array_equal(k_exit[layer], k_ref[layer])
-        np.testing.assert_array_equal(v_exit[layer], v_ref[layer])
+        if _on_gpu(llm):
+            # the reference runs on the CPU; with a GPU device, prompt batches of 32+ rows run even
+            # the CPU layers' matrix products there (llama.cpp's op offload), in another order
+            for got, ref in ((k_exit[layer], k_ref[layer]), (v_exit[layer], v_ref[layer])):
+                assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 3e-2, layer
+        else:
+            np.testing.assert_array_equal(k_exit[layer], k_ref[layer])
+            np.testing.assert_array_equal(v_exit[layer], v_ref[layer])
     r = gguf.GGUFReader(str(model_path))
     t = {x.name: x for x in r.tensors}
     eps = float(r.fields["llama.attention.layer_norm_rms_epsilon"].parts[-1][0])

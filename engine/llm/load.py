@@ -46,3 +46,15 @@ def vocab_only(model_path: str | Path) -> Llama:
 def is_end_of_generation(llm: Llama, token: int) -> bool:
     """Whether the token ends a turn (end of text, end of turn, ...) for this model's vocabulary."""
     return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, token))
+
+
+def capture_head_layers(llm: Llama, layers: list[int]) -> None:
+    """Store, from the first decode on, the layer inputs an EAGLE head reads. Turning that on
+    re-reserves llama.cpp's scheduler, which after a decode on Vulkan corrupted the heap (an eagle or
+    specee decoder made once vanilla had answered, on lavapipe); before any decode it is free, and
+    the decoders' own later request then changes nothing (native/src/capture.cpp)."""
+    from engine import native
+
+    lib = native.lib()
+    for layer in layers:
+        lib.specee_capture_layer_input(llm._ctx.ctx, layer, True)

@@ -133,6 +133,15 @@ def acceleration_folder(model: Path, sha: str = "") -> Path:
     return root / f"{model.stem}-{sha[:8]}" if (folder / "manifest.json").exists() else folder
 
 
+def head_target_layers(head: Path) -> list[int]:
+    """The target layers whose inputs an EAGLE-3 head reads (GGUF eagle3.target_layers)."""
+    try:
+        layers = inspect_gguf(head).arch_value("target_layers") or []
+    except ModelFileError as exc:
+        raise AccelerationError("bad_head", f"EAGLE head {head.name}: {exc}") from None
+    return [int(x) for x in layers]
+
+
 def check_eagle_head(head: Path, model_path: Path) -> None:
     """Refuse, with a clear message, a head that is damaged or was trained for another model."""
     try:

@@ -22,7 +22,7 @@ DEFAULT_ALIGNMENT = 32
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
 # Arrays we keep in full; others are skipped (tokenizer vocabularies are large).
-_KEEP_ARRAYS = {"general.languages", "general.tags"}
+_KEEP_ARRAYS = {"general.languages", "general.tags", "eagle3.target_layers"}  # the last: which layers a head reads
 _TOKENIZER_KEYS = {"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.merges"}
 # Lengths beyond this mean a corrupt header, not a big model (a short read means truncation).
 _MAX_LEN = 1 << 31

@@ -19,8 +19,8 @@ from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
-from engine.llm.load import batch_invariant_weights
-from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, model_sha256
+from engine.llm.load import batch_invariant_weights, capture_head_layers
+from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import GGUFInfo, ModelFileError, inspect_gguf
@@ -216,10 +216,10 @@ class EngineSession:
             makers["eagle"] = lambda: self._eagle_decoder(load, pack, head)
             if exits is None:
                 why_not["specee"] = missing("SpecEE exit predictors", "exits")
-            elif self._layers_on_vulkan():
-                why_not["specee"] = (p.ErrorKind.NO_ACCELERATION, SPECEE_NOT_ON_VULKAN)
             else:
                 makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
+            if load.mode != p.Mode.VANILLA and self.placement.n_gpu_layers != 0:
+                self._capture_head_layers(head)
             if not flags.eagle_measured and load.mode == p.Mode.AUTO:
                 # explicit eagle/specee run; only auto leaves an unmeasured head out (see _make_decoder)
                 assert pack is not None
@@ -230,10 +230,13 @@ class EngineSession:
         flags.modes = [p.Mode.VANILLA, *(p.Mode(m) for m in makers)]
         return makers, why_not, flags
 
-    def _layers_on_vulkan(self) -> bool:
-        from engine.placement.machine import vulkan_gpu_present
-
-        return self.placement.n_gpu_layers != 0 and vulkan_gpu_present()
+    def _capture_head_layers(self, head: Path) -> None:
+        """On a GPU backend, before the first decode: see capture_head_layers."""
+        try:
+            layers = head_target_layers(head)
+        except AccelerationError:
+            return  # the decoder that needs the head says what is wrong with it, when asked for
+        capture_head_layers(self.llm, layers)
 
     def _auto_key(self, model_path: Path, modes: list[str]) -> str:
         """What auto's decision depends on: the model, the weights, the native build, the machine."""
@@ -530,14 +533,6 @@ class EngineSession:
         quiet = cores_used_by_others(machine_before, self._sample()) <= TOLERATED_CORES
         if decided := self._after_answer(decode_speed(), threads_used, band, len(out_tokens) - 1, quiet):
             emit(decided)
-
-
-# SpecEE's per-layer exit checks (an eval callback that computes the graph in pieces) corrupt memory
-# on Vulkan: seen on Mesa's lavapipe, with or without patches 0012-0014, never yet on a real GPU.
-SPECEE_NOT_ON_VULKAN = (
-    "specee does not run with layers on a Vulkan GPU yet (its per-layer exit checks crash the Vulkan backend); "
-    "use eagle, ngram or vanilla there, or load with every layer on the CPU (GPU layers 0)"
-)
 
 
 def display_name(model_path: Path) -> str:

@@ -183,6 +183,11 @@ const char * specee_model_arch_name(const llama_model * model) {
     return llm_arch_name(model->arch);
 }
 
+bool specee_layer_input_enabled(const llama_context * ctx, int32_t lid) {
+    const std::vector<bool> & on = ctx->get_cparams().embeddings_layer_inp;
+    return lid >= 0 && (size_t) lid < on.size() && on[lid];
+}
+
 // ---- C API ------------------------------------------------------------------------------------
 
 enum llama_flash_attn_type specee_flash_attn_type(const llama_context * ctx) {

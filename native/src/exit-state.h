@@ -57,3 +57,7 @@ ggml_tensor * specee_model_output(const llama_model * model);
 bool specee_model_output_has_bias(const llama_model * model);
 ggml_tensor * specee_model_d2t(const llama_model * model);
 const char * specee_model_arch_name(const llama_model * model);
+
+// Whether the context stores layer `lid`'s input (llama_set_embeddings_layer_inp): llama.h can set
+// it but not read it back.
+bool specee_layer_input_enabled(const llama_context * ctx, int32_t lid);
