@@ -272,7 +272,7 @@ class Load(Message):
     exit_check_every: int = 0
     exit_fill: bool = True  # specee: write skipped layers' K/V at an exit (False only to measure its worth)
     exits: bool = True  # specee: False runs every step at full depth through the exit graph (measures its overhead)
-    drafter: str = ""  # ngram: llama.cpp's drafter type ("" = ngram-simple, prompt lookup)
+    drafter: str = ""  # ngram: "" = copy (ours, drafts only where it pays), or a llama.cpp drafter (ngram-simple, ...)
     draft_model: str = ""  # draft: the draft model's path ("" = the registered model with the same tokenizer)
     protocol_version: int = PROTOCOL_VERSION  # the worker refuses a Load of another version
 
@@ -294,7 +294,7 @@ class Load(Message):
             _check(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
         _check(
             isinstance(self.drafter, str) and (not self.drafter or DRAFTER_RE.fullmatch(self.drafter) is not None),
-            f"drafter must be a llama.cpp drafter name such as ngram-simple, got {self.drafter!r}",
+            f"drafter must be copy or a llama.cpp drafter name such as ngram-simple, got {self.drafter!r}",
         )
         _check(isinstance(self.draft_model, str), f"draft_model must be a file path, got {self.draft_model!r}")
         self.placement.validate()

@@ -32,7 +32,7 @@ class FakeMachine:
 def test_the_governor_drops_a_thread_under_a_neighbour_and_takes_it_back() -> None:
     m = FakeMachine()
     applied: list[int] = []
-    gov = ThreadGovernor(applied.append, 2, sample=m.sample)
+    gov = ThreadGovernor(applied.append, 2, sample=m.sample, clock=lambda: m.t)
     m.advance(0.2)
     assert gov.tick() == 2 and applied == []  # too soon to judge
     m.advance(0.4)

@@ -1,4 +1,4 @@
-"""Training-free lossless modes on the real worker: `ngram` (llama.cpp's prompt-lookup drafters) and
+"""Training-free lossless modes on the real worker: `ngram` (our copy drafter, or llama.cpp's prompt-lookup drafters) and
 `draft` (a smaller model with the target's tokenizer, paired by the tokenizer's hash). Like `eagle`,
 every emitted token is the target's own, so greedy answers equal vanilla's."""
 
@@ -63,6 +63,18 @@ def test_greedy_output_equals_vanilla(model_path: Path, tiny_draft: Path, backen
             accepted += accel["accepted"]
     if mode == "ngram":
         assert accepted > 0, "copying text must let prompt lookup propose accepted tokens"
+
+
+def test_copy_drafting_drafts_long_runs_where_the_answer_copies(model_path: Path) -> None:
+    """ngram's default drafter (copy) drafts what followed the longest earlier match of the context:
+    on a list to copy, most steps emit several tokens, all confirmed by the target. (Where it does
+    not pay it decodes one row; the bench measures that per category.)"""
+    with WorkerClient() as client:
+        loaded = client.load(model_path, p.Placement(n_ctx=1024), mode="ngram")
+        assert "drafted where they are likely to pay" in loaded.mode_reason
+        to_copy = "Copy this list exactly: " + "alpha, beta, gamma, delta, " * 6
+        _, accel = _done(client, [{"role": "user", "content": to_copy}], n=64)
+        assert accel["acceptance_length"] > 1.5 and accel["accept_rate"] > 0.7, accel
 
 
 def test_another_of_llamas_ngram_drafters_and_a_bad_name(model_path: Path, vanilla: WorkerClient) -> None:

@@ -39,7 +39,7 @@ SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
 DECISIONS_VERSION = "v2"  # auto's cache key: v2 entries were measured on a quiet machine, per context length
 CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
 # Default draft lengths: an n-gram match is usually a copy that runs on; a draft model's guesses fade
-TRAINING_FREE_DRAFT = {"ngram": 6, "draft": 3}
+TRAINING_FREE_DRAFT = {"ngram": 8, "draft": 3}  # ngram's copy drafter picks its length each step, up to this
 
 
 class LoadError(Exception):
@@ -333,8 +333,12 @@ class EngineSession:
 
     def _training_free_decoder(self, mode: str, load: p.Load, model_path: Path, draft: Path | None = None) -> DrafterDecoder:
         if mode == "ngram":
-            drafter = load.drafter or "ngram-simple"
-            reason = f"ngram: llama.cpp's {drafter} drafter proposes continuations found in the context"
+            drafter = load.drafter or "copy"
+            if drafter == "copy":
+                reason = ("ngram: continuations found in the conversation are drafted where they are likely "
+                          "to pay on this machine, else one token is decoded as vanilla does")  # fmt: skip
+            else:
+                reason = f"ngram: llama.cpp's {drafter} drafter proposes continuations found in the context"
         else:
             drafter = "draft-simple"
             assert draft is not None

@@ -25,6 +25,9 @@ LLAMA_API const char * specee_last_error(void);
 // plain decoding; sampling keeps the target's distribution). The types:
 //   "eagle"          an EAGLE-3 head (draft_model) reading the target's layer inputs (eagle.cpp)
 //   "draft-simple"   a smaller model (draft_model) with the target's tokenizer, in a context of its own
+//   "copy"           prompt lookup that drafts only where it pays: the draft length (0: a plain
+//                    one-row decode) from the measured acceptance per match length and this
+//                    machine's measured verify cost per row count (spec/copy-draft.h)
 //   "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"   llama.cpp's n-gram lookups (no draft_model)
 // The last two kinds are llama.cpp's own drafters (common/speculative); they live in a library of
 // their own because llama.cpp's common library links libllama.

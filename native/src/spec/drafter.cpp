@@ -3,7 +3,10 @@
 // and draft-simple, a smaller model with the target's tokenizer). Drafting is theirs; the
 // verification is ours, as in eagle.cpp: every emitted token is sampled from the target's logits,
 // so greedy output equals vanilla and sampling keeps the target's distribution.
+// "copy" is ours (copy-draft.h): prompt lookup that drafts only where this machine's verify costs
+// and the measured acceptance say it pays, else decodes one row as vanilla does.
 // Built into libspecee-spec (patch 0006), not libllama: llama.cpp's common library links libllama.
+#include "copy-draft.h"
 #include "eagle-api.h"
 
 #include "common.h"
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,7 +35,8 @@ struct specee_drafter {
     llama_context * tgt = nullptr;
     llama_context * dft = nullptr;  // owned: the draft model's context (draft-simple)
     common_params_speculative params;
-    common_speculative * spec = nullptr;
+    common_speculative * spec = nullptr;  // llama.cpp's drafters
+    std::unique_ptr<copy_drafter> copy;   // or ours
     int32_t n_draft = 3;
     int32_t n_batch = 512;
 
@@ -61,9 +66,11 @@ specee_drafter * specee_drafter_init(llama_context * ctx_tgt, const char * type,
         d->eagle = e;
         return d;
     }
-    const common_speculative_type t = common_speculative_type_from_name(type ? type : "");
+    const std::string name = type != nullptr ? type : "";
+    const bool ours = name == "copy";  // no llama.cpp drafter behind it
+    const common_speculative_type t = ours ? COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE : common_speculative_type_from_name(name);
     if (t == COMMON_SPECULATIVE_TYPE_COUNT || t == COMMON_SPECULATIVE_TYPE_NONE) {
-        g_error = std::string("unknown drafter '") + (type ? type : "") + "'; there are: eagle, " + common_speculative_all_types_str();
+        g_error = "unknown drafter '" + name + "'; there are: eagle, copy, " + common_speculative_all_types_str();
         return nullptr;
     }
     const bool needs_model = t == COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE;
@@ -79,6 +86,10 @@ specee_drafter * specee_drafter_init(llama_context * ctx_tgt, const char * type,
     s->tgt = ctx_tgt;
     s->n_draft = n_draft;
     s->n_batch = (int32_t) llama_n_batch(ctx_tgt);
+    if (ours) {
+        s->copy = std::make_unique<copy_drafter>(n_draft);
+        return s;
+    }
     s->params.types = {t};
     s->params.draft.n_max = n_draft;
     s->params.draft.ctx_tgt = ctx_tgt;
@@ -148,7 +159,7 @@ bool decode(specee_drafter * s, const llama_token * tokens, int32_t n, llama_pos
         g_error = "target decode failed";
         return false;
     }
-    if (!common_speculative_process(s->spec, batch)) {
+    if (s->spec != nullptr && !common_speculative_process(s->spec, batch)) {
         g_error = "the drafter failed to process the batch";
         return false;
     }
@@ -187,7 +198,11 @@ llama_token specee_drafter_prefill(specee_drafter * s, const llama_token * token
     }
     s->prompt.assign(tokens, tokens + n_tokens);
     s->id_last = llama_sampler_sample(smpl, s->tgt, -1);
-    common_speculative_begin(s->spec, 0, s->prompt);
+    if (s->copy) {
+        s->copy->reset(s->prompt);
+    } else if (s->spec != nullptr) {
+        common_speculative_begin(s->spec, 0, s->prompt);
+    }
     return s->id_last;
 }
 
@@ -208,7 +223,9 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
     const double t0 = now_ms();
     s->draft.clear();
     const int32_t n_max = std::min({s->n_draft, room - 1, max_out - 1});
-    if (n_max > 0) {
+    if (n_max > 0 && s->copy) {
+        s->copy->draft(s->prompt, s->id_last, n_max, s->draft);
+    } else if (n_max > 0 && s->spec != nullptr) {
         common_speculative_get_draft_params(s->spec, 0) = {true, n_max, n_past, s->id_last, &s->prompt, &s->draft};
         common_speculative_draft(s->spec);
         if ((int32_t) s->draft.size() > n_max) {
@@ -235,13 +252,19 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
         }
     }
     const int32_t n_accepted = n_out - 1;
-    common_speculative_accept(s->spec, 0, (uint16_t) n_accepted);
+    if (s->spec != nullptr) {
+        common_speculative_accept(s->spec, 0, (uint16_t) n_accepted);
+    }
     // keep id_last and the accepted drafts; the rejected rows leave both caches
     trim(s, n_past + 1 + n_accepted);
     s->prompt.push_back(s->id_last);
     s->prompt.insert(s->prompt.end(), s->draft.begin(), s->draft.begin() + n_accepted);
     s->id_last = out[n_out - 1];
     const double t2 = now_ms();
+    if (s->copy) {
+        s->copy->feedback(k, n_accepted, t2 - t1);
+        s->copy->sync(s->prompt);
+    }
 
     specee_drafter_stats & st = s->stats;
     st.n_steps += 1;

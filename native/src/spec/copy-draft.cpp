@@ -1,0 +1,134 @@
+#include "copy-draft.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace {
+
+uint64_t key(llama_token a, llama_token b) {
+    return ((uint64_t) (uint32_t) a << 32) | (uint32_t) b;
+}
+
+constexpr int32_t MAX_MATCH = 32;      // longer matches are all "long"
+constexpr size_t MAX_CANDIDATES = 64;  // most recent occurrences of the bigram examined
+constexpr double MIN_GAIN = 1.05;      // draft only where the model expects 5% more tokens per cost
+constexpr double EMA = 0.1;
+
+// Prior acceptance per match bucket (confirmed, exposed): a short match is a weak hint, a long one
+// is usually a copy that runs on; a few verifications replace these.
+constexpr double PRIOR_ACC[] = {1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+constexpr double PRIOR_TRIES[] = {4.0, 4.0, 4.0, 4.5, 5.0, 7.0};
+
+// Prior cost of a decode of n rows relative to one row (README's cost curve, SmolLM2 Q4_1 on a
+// 2-core CPU with the multi-column kernels); measured times replace it.
+double prior_cost(int32_t n) {
+    static const double at[] = {0.0, 1.0, 1.48, 1.72, 1.95, 2.37, 2.8, 3.2, 3.64};
+    if (n <= 8) {
+        return at[std::max(n, 1)];
+    }
+    return 3.64 + (n - 8) * (6.55 - 3.64) / 8.0;
+}
+
+}  // namespace
+
+copy_drafter::copy_drafter(int32_t n_max) : n_max_(std::clamp(n_max, 1, MAX_ROWS - 1)) {}
+
+int copy_drafter::bucket_of(int32_t n) {
+    return n <= 2 ? 0 : n == 3 ? 1 : n == 4 ? 2 : n < 8 ? 3 : n < 16 ? 4 : 5;
+}
+
+void copy_drafter::reset(const std::vector<llama_token> & ctx) {
+    index_.clear();
+    n_indexed_ = 0;
+    sync(ctx);
+}
+
+void copy_drafter::sync(const std::vector<llama_token> & ctx) {
+    for (size_t i = std::max<size_t>(n_indexed_, 1); i < ctx.size(); ++i) {
+        index_[key(ctx[i - 1], ctx[i])].push_back((int32_t) i);
+    }
+    n_indexed_ = std::max(n_indexed_, ctx.size());
+}
+
+double copy_drafter::accept_prob(int b) const {
+    return (PRIOR_ACC[b] + acc_[b]) / (PRIOR_TRIES[b] + tries_[b]);
+}
+
+double copy_drafter::cost(int32_t n) const {
+    if (n_ms_[1] >= 3 && n_ms_[n] >= 3 && ms_[1] > 0.0) {
+        return std::max(1.0, ms_[n] / ms_[1]);
+    }
+    return prior_cost(n);
+}
+
+void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last, int32_t room,
+                         std::vector<llama_token> & out) {
+    out.clear();
+    bucket_ = -1;
+    const int32_t n = (int32_t) ctx.size();
+    if (n < 2 || room < 1) {
+        return;
+    }
+    const auto it = index_.find(key(ctx[n - 1], last));
+    if (it == index_.end()) {
+        return;
+    }
+    // the longest match ending at an earlier occurrence of (ctx[n-1], last); the latest on ties
+    int32_t best_pos = -1;
+    int32_t best_len = 0;
+    const std::vector<int32_t> & pos = it->second;
+    for (size_t c = 0; c < pos.size() && c < MAX_CANDIDATES; ++c) {
+        const int32_t i = pos[pos.size() - 1 - c];
+        if (i + 1 >= n) {
+            continue;  // nothing follows it yet
+        }
+        int32_t len = 2;
+        while (len < MAX_MATCH && i - len >= 0 && ctx[i - len] == ctx[n - len]) {
+            ++len;
+        }
+        if (len > best_len) {
+            best_len = len;
+            best_pos = i;
+        }
+    }
+    if (best_pos < 0) {
+        return;
+    }
+    const int b = bucket_of(best_len);
+    const double p = accept_prob(b);
+    const int32_t avail = std::min({n_max_, room, n - 1 - best_pos});
+    int32_t best_k = 0;
+    double best_gain = MIN_GAIN;
+    double expected = 1.0;  // tokens a step emits: the sample plus the confirmed drafts
+    double pk = 1.0;
+    for (int32_t k = 1; k <= avail; ++k) {
+        pk *= p;
+        expected += pk;
+        const double gain = expected / cost(k + 1);
+        if (gain > best_gain) {
+            best_gain = gain;
+            best_k = k;
+        }
+    }
+    if (best_k == 0) {
+        // not worth it now; let the evidence fade slowly so a bucket gets another chance later
+        acc_[b] *= 0.998;
+        tries_[b] *= 0.998;
+        return;
+    }
+    out.assign(ctx.begin() + best_pos + 1, ctx.begin() + best_pos + 1 + best_k);
+    bucket_ = b;
+}
+
+void copy_drafter::feedback(int32_t k, int32_t n_accepted, double verify_ms) {
+    const int32_t rows = k + 1;
+    if (rows <= MAX_ROWS && verify_ms > 0.0) {
+        ms_[rows] = n_ms_[rows] == 0 ? verify_ms : (1.0 - EMA) * ms_[rows] + EMA * verify_ms;
+        n_ms_[rows] += 1;
+    }
+    if (bucket_ >= 0 && k > 0) {
+        acc_[bucket_] += n_accepted;
+        tries_[bucket_] += n_accepted + (n_accepted < k ? 1 : 0);  // the first miss ends the chain
+    }
+    bucket_ = -1;
+}

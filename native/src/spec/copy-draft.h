@@ -1,0 +1,48 @@
+// The "copy" drafter: prompt lookup that drafts only where it pays on this machine.
+//
+// It finds the longest earlier occurrence of the context's last tokens (prompt and answer so far)
+// and proposes what followed it, like llama.cpp's ngram-simple, but a verify batch of n rows costs
+// more than one row (on a 2-core CPU 4 rows cost ~2x one), so a miss is a loss. Each step it picks
+// the draft length k (0 = a plain one-row decode) that maximises the expected tokens per unit of
+// cost: tokens = 1 + p + p^2 + ... + p^k, with p the measured acceptance of drafts whose match was
+// as long as this one's, and the cost of k + 1 rows measured on this machine as it runs.
+#pragma once
+
+#include "llama.h"
+
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+class copy_drafter {
+public:
+    explicit copy_drafter(int32_t n_max);
+
+    // The tokens in the target's KV cache changed wholesale (a new request): index them again.
+    void reset(const std::vector<llama_token> & ctx);
+    // Tokens were appended to ctx since the last call: index them.
+    void sync(const std::vector<llama_token> & ctx);
+    // A draft continuing ctx + [last] (at most `room` tokens), empty when a one-row decode is the
+    // better bet. Remembers the match it used for feedback().
+    void draft(const std::vector<llama_token> & ctx, llama_token last, int32_t room, std::vector<llama_token> & out);
+    // What the verification of the last draft (k tokens, n_accepted of them confirmed) gave, and how
+    // long the decode of its k + 1 rows took.
+    void feedback(int32_t k, int32_t n_accepted, double verify_ms);
+
+private:
+    static constexpr int N_BUCKETS = 6;  // match lengths 2, 3, 4, 5-7, 8-15, 16+
+    static constexpr int MAX_ROWS = 17;
+
+    int32_t n_max_;
+    std::unordered_map<uint64_t, std::vector<int32_t>> index_;  // bigram -> positions of its 2nd token
+    size_t n_indexed_ = 0;
+    std::array<double, N_BUCKETS> acc_{}, tries_{};  // draft tokens confirmed / exposed, per bucket
+    std::array<double, MAX_ROWS + 1> ms_{};           // smoothed ms of a decode of n rows
+    std::array<int32_t, MAX_ROWS + 1> n_ms_{};
+    int bucket_ = -1;  // the last draft's match bucket
+
+    static int bucket_of(int32_t match_len);
+    double accept_prob(int bucket) const;
+    double cost(int32_t n_rows) const;  // relative to one row
+};
