@@ -31,6 +31,13 @@ class Decoder(Protocol):
     # gap between the top two logits the last token was chosen from; nan where the mode does not know it
     def last_margin(self) -> float: ...
 
+    # whether the target's KV cache alone is this decoder's state (a saved one may be restored:
+    # engine/llm/kv_states.py); kv_tokens: the tokens in it; adopt: a restored cache holds these
+    restorable: bool
+
+    def kv_tokens(self) -> list[int]: ...
+    def adopt(self, tokens: list[int]) -> None: ...
+
 
 def _sampler(llm: Llama, s: p.Sampling):  # type: ignore[no-untyped-def]
     return llm._init_sampler(
@@ -101,8 +108,16 @@ class VanillaDecoder:
                 raise RuntimeError("llama.cpp could not decode a token")
             kv.append(tok)
 
+    restorable = True
+
     def kv_used(self) -> int:
         return len(self._kv)
+
+    def kv_tokens(self) -> list[int]:
+        return list(self._kv)
+
+    def adopt(self, tokens: list[int]) -> None:
+        self._kv = list(tokens)
 
     def accel_stats(self) -> dict[str, float]:
         return {}
@@ -152,8 +167,16 @@ class _NativeLoop:
     def cached_prefix(self, tokens: list[int]) -> int:
         return common_prefix(self._kv, tokens)
 
+    restorable = False  # an EAGLE head or a draft model keeps state of its own
+
     def kv_used(self) -> int:
         return len(self._kv)
+
+    def kv_tokens(self) -> list[int]:
+        return list(self._kv)
+
+    def adopt(self, tokens: list[int]) -> None:
+        self._kv = list(tokens)
 
     def forget(self) -> None:
         self._kv = []
@@ -178,6 +201,8 @@ class DrafterDecoder(_NativeLoop):
     ) -> None:
         self.llm = llm
         self.drafter = drafter
+        # the n-gram drafters read the prompt the prefill hands them: the target's cache is all
+        self.restorable = drafter.startswith("ngram")
         self.lib = native.spec_lib()
         self.n_draft = n_draft
         self._handle = None
