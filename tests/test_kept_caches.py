@@ -52,6 +52,8 @@ def test_going_back_to_a_conversation_restores_its_cache_and_the_same_answer(
         assert stats.n_prompt_cached >= done_a1.n_prompt - 4 > 40, "the first conversation's cache was restored"
     finally:
         client.stop()
+    for f in _state_files():  # the caches it kept on disk at quit
+        f.unlink()
     cold = _worker(path, mode)
     try:
         done_cold, stats_cold = _answer(cold, a2)
@@ -59,3 +61,49 @@ def test_going_back_to_a_conversation_restores_its_cache_and_the_same_answer(
     finally:
         cold.stop()
     assert done_kept.tokens == done_cold.tokens
+
+
+def _state_files() -> list[Path]:
+    from engine.paths import cache_dir
+
+    return sorted((cache_dir() / "kv-states").glob("*/*.kv"))
+
+
+@pytest.mark.parametrize("damage", ["none", "truncated", "flipped"])
+def test_a_conversation_kept_on_disk_survives_a_restart_and_a_damaged_file_costs_only_a_prefill(
+    damage: str, model_path: Path
+) -> None:
+    for f in _state_files():
+        f.unlink()
+    a1 = [{"role": "user", "content": TOPIC_A + damage}]
+    client = _worker(model_path, p.Mode.VANILLA)
+    try:
+        done_a1, _ = _answer(client, a1)
+    finally:
+        client.stop()  # quit: the live cache goes to disk
+    files = _state_files()
+    assert len(files) == 1
+    if damage == "truncated":
+        files[0].write_bytes(files[0].read_bytes()[: files[0].stat().st_size // 2])
+    elif damage == "flipped":
+        raw = bytearray(files[0].read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        files[0].write_bytes(bytes(raw))
+    a2 = [*a1, {"role": "assistant", "content": done_a1.text}, {"role": "user", "content": "And in winter? " * 3}]
+    again = _worker(model_path, p.Mode.VANILLA)
+    try:
+        done, stats = _answer(again, a2)
+    finally:
+        again.stop()
+    if damage == "none":
+        assert stats.n_prompt_cached >= done_a1.n_prompt - 4, "restored from disk after the restart"
+    else:
+        assert stats.n_prompt_cached == 0 and not files[0].exists(), "the damaged file was ignored and removed"
+    for f in _state_files():
+        f.unlink()
+    cold = _worker(model_path, p.Mode.VANILLA)
+    try:
+        done_cold, _ = _answer(cold, a2)
+    finally:
+        cold.stop()
+    assert done.tokens == done_cold.tokens

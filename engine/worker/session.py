@@ -19,7 +19,7 @@ from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
-from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates
+from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
 from engine.llm.load import batch_invariant_weights, capture_head_layers
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
@@ -95,7 +95,13 @@ class EngineSession:
             self._governor = ThreadGovernor(self._set_threads, self.n_threads, sample=self._sample)
         model = self.llm._model
         self._vocab = model.vocab
-        self._kv_states = KvStates(self.llm._ctx.ctx)  # other conversations' caches (CPU placements)
+        # other conversations' caches (CPU placements: on a GPU every request prefills, see generate)
+        states_folder = None
+        if placement.n_gpu_layers == 0:
+            sha = model_sha256(Path(load.model_path))
+            valid_for = folder_key(sha, build_info().get("build_key", ""), self.llm.n_ctx(), self.llm.n_batch)
+            states_folder = cache_dir() / "kv-states" / valid_for
+        self._kv_states = KvStates(self.llm._ctx.ctx, folder=states_folder)
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.mode_reason = ""
@@ -375,6 +381,9 @@ class EngineSession:
     def close(self) -> None:
         if self._auto is not None:
             self._auto.close()
+        if self._kv_states.folder is not None and self.decoder.restorable:
+            self._kv_states.save(self.decoder.kv_tokens())  # model switch, quit: kept on disk
+            self._kv_states.spill()
         self.decoder.close()
         self.llm.close()
 
