@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import os
 import random
 import threading
 import time
@@ -97,7 +98,8 @@ class EngineSession:
         self._vocab = model.vocab
         # other conversations' caches (CPU placements: on a GPU every request prefills, see generate)
         states_folder = None
-        if placement.n_gpu_layers == 0:
+        self._keep_kv = os.environ.get("SPECEE_KEEP_KV", "1") != "0"  # the bench turns it off
+        if placement.n_gpu_layers == 0 and self._keep_kv:
             sha = model_sha256(Path(load.model_path))
             valid_for = folder_key(sha, build_info().get("build_key", ""), self.llm.n_ctx(), self.llm.n_batch)
             states_folder = cache_dir() / "kv-states" / valid_for
@@ -462,7 +464,7 @@ class EngineSession:
             # on what was cached (lavapipe, 3 first layers: 7/13 answers). GPUs prefill fast: every
             # request prefills from the start, in the same chunks.
             self.decoder.forget()
-        elif self.decoder.restorable:
+        elif self.decoder.restorable and self._keep_kv:
             self._switch_cache(tokens)
         cached = self.decoder.cached_prefix(tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))
