@@ -4,6 +4,7 @@ machine drift (thermal, background load) hits all modes alike; ratios are to `va
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -169,6 +170,8 @@ def run_bench(
     """layout "auto": every mode loads the planner's placement, as the app does; "first"/"last"
     with n_gpu_layers override it (the EAGLE head follows the target's last layer either way).
     Modes "peer" and "peer:<llama.cpp drafter>" run upstream llama-server (peer_server) instead."""
+    # every prompt prefills from scratch, as the peer does: no kept conversation caches (a former run's)
+    os.environ["SPECEE_KEEP_KV"] = "0"
     clients: dict[str, WorkerClient] = {}
     peers: dict[str, _Peer] = {}
     reports: dict[str, ModeReport] = {}

@@ -31,6 +31,13 @@ class Decoder(Protocol):
     # gap between the top two logits the last token was chosen from; nan where the mode does not know it
     def last_margin(self) -> float: ...
 
+    # whether the target's KV cache alone is this decoder's state (a saved one may be restored:
+    # engine/llm/kv_states.py); kv_tokens: the tokens in it; adopt: a restored cache holds these
+    restorable: bool
+
+    def kv_tokens(self) -> list[int]: ...
+    def adopt(self, tokens: list[int]) -> None: ...
+
 
 def _sampler(llm: Llama, s: p.Sampling):  # type: ignore[no-untyped-def]
     return llm._init_sampler(
@@ -41,30 +48,76 @@ def _sampler(llm: Llama, s: p.Sampling):  # type: ignore[no-untyped-def]
 
 
 class VanillaDecoder:
-    """One target forward pass per token (llama-cpp-python's own loop)."""
+    """One target forward pass per token, in a loop of our own over llama.cpp's C API: one
+    llama_decode of a preallocated one-token batch and llama.cpp's sampler chain per token, no
+    logits copied into Python (llama-cpp-python's generate also re-trimmed the cache and kept its
+    own arrays every token). Prefill chunks as llama-cpp-python's eval did (n_batch rows from the
+    first uncached token), so answers are token-identical to it."""
 
     def __init__(self, llm: Llama) -> None:
         self.llm = llm
+        self._ctx = llm._ctx.ctx
         self._n_vocab = llm.n_vocab()
+        self._n_batch = llm.n_batch
+        self._n_ctx = llm.n_ctx()
+        self._kv: list[int] = []  # the tokens in the target's KV cache
+        self._batch = llama_cpp.llama_batch_init(max(self._n_batch, 1), 0, 1)
+        self._one = llama_cpp.llama_batch_init(1, 0, 1)
+        self._one.n_tokens = 1
+        self._one.seq_id[0][0] = 0
+        self._one.n_seq_id[0] = 1
+        self._one.logits[0] = True
 
     def cached_prefix(self, tokens: list[int]) -> int:
-        cached = common_prefix(self.llm._input_ids[: self.llm.n_tokens].tolist(), tokens)
-        return min(cached, len(tokens) - 1)  # llama_cpp re-evaluates at least one token
+        return min(common_prefix(self._kv, tokens), len(tokens) - 1)  # one token re-decoded for its logits
+
+    def _decode_chunk(self, tokens: list[int], pos0: int) -> None:
+        b = self._batch
+        n = len(tokens)
+        b.n_tokens = n
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = pos0 + i
+            b.seq_id[i][0] = 0
+            b.n_seq_id[i] = 1
+            b.logits[i] = False
+        b.logits[n - 1] = True
+        if llama_cpp.llama_decode(self._ctx, b) != 0:
+            raise RuntimeError("llama.cpp could not decode the prompt")
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
-        gen = self.llm.generate(
-            tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temp=s.temperature, repeat_penalty=s.repeat_penalty
-        )
-        try:
-            for tok in gen:
-                yield tok
-                if self.llm.n_tokens + 1 >= self.llm.n_ctx():
-                    return  # context full
-        finally:
-            gen.close()
+        if not tokens or len(tokens) >= self._n_ctx:
+            raise ValueError("the prompt is empty or does not fit in the context")
+        smpl = _sampler(self.llm, s)
+        start = self.cached_prefix(tokens)
+        self._kv = []  # unknown until the prefill succeeds
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx), -1, start, -1)
+        for c0 in range(start, len(tokens), self._n_batch):
+            self._decode_chunk(tokens[c0 : c0 + self._n_batch], c0)
+        kv = list(tokens)
+        self._kv = kv
+        sample, decode, ctx, one, sp = llama_cpp.llama_sampler_sample, llama_cpp.llama_decode, self._ctx, self._one, smpl.sampler
+        while True:
+            tok = sample(sp, ctx, -1)
+            yield tok
+            if len(kv) + 1 >= self._n_ctx:
+                return  # context full
+            one.token[0] = tok
+            one.pos[0] = len(kv)
+            if decode(ctx, one) != 0:
+                raise RuntimeError("llama.cpp could not decode a token")
+            kv.append(tok)
+
+    restorable = True
 
     def kv_used(self) -> int:
-        return self.llm.n_tokens
+        return len(self._kv)
+
+    def kv_tokens(self) -> list[int]:
+        return list(self._kv)
+
+    def adopt(self, tokens: list[int]) -> None:
+        self._kv = list(tokens)
 
     def accel_stats(self) -> dict[str, float]:
         return {}
@@ -72,19 +125,23 @@ class VanillaDecoder:
     def last_margin(self) -> float:
         # the context still holds the logits the last token was sampled from (the next decode
         # runs only when the stream is resumed)
-        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1), shape=(self._n_vocab,))
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self._n_vocab,))
         top2 = np.partition(row, -2)[-2:]
         return float(top2[1] - top2[0])
 
     def forget(self) -> None:
+        self._kv = []
         self.llm.reset()
-        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.llm._ctx.ctx), True)
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._ctx), True)
 
     def set_threads(self, n: int) -> None:
         pass  # no context of its own
 
     def close(self) -> None:
-        pass
+        for b in ("_batch", "_one"):
+            if getattr(self, b, None) is not None:
+                llama_cpp.llama_batch_free(getattr(self, b))
+                setattr(self, b, None)
 
 
 def _load_draft_model(path: Path, on_gpu: bool, what: str) -> Any:
@@ -110,8 +167,16 @@ class _NativeLoop:
     def cached_prefix(self, tokens: list[int]) -> int:
         return common_prefix(self._kv, tokens)
 
+    restorable = False  # an EAGLE head or a draft model keeps state of its own
+
     def kv_used(self) -> int:
         return len(self._kv)
+
+    def kv_tokens(self) -> list[int]:
+        return list(self._kv)
+
+    def adopt(self, tokens: list[int]) -> None:
+        self._kv = list(tokens)
 
     def forget(self) -> None:
         self._kv = []
@@ -136,6 +201,8 @@ class DrafterDecoder(_NativeLoop):
     ) -> None:
         self.llm = llm
         self.drafter = drafter
+        # the n-gram drafters read the prompt the prefill hands them: the target's cache is all
+        self.restorable = drafter.startswith("ngram")
         self.lib = native.spec_lib()
         self.n_draft = n_draft
         self._handle = None

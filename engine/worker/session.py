@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import os
 import random
 import threading
 import time
@@ -19,6 +20,7 @@ from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
+from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
 from engine.llm.load import batch_invariant_weights, capture_head_layers
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
@@ -94,6 +96,14 @@ class EngineSession:
             self._governor = ThreadGovernor(self._set_threads, self.n_threads, sample=self._sample)
         model = self.llm._model
         self._vocab = model.vocab
+        # other conversations' caches (CPU placements: on a GPU every request prefills, see generate)
+        states_folder = None
+        self._keep_kv = os.environ.get("SPECEE_KEEP_KV", "1") != "0"  # the bench turns it off
+        if placement.n_gpu_layers == 0 and self._keep_kv:
+            sha = model_sha256(Path(load.model_path))
+            valid_for = folder_key(sha, build_info().get("build_key", ""), self.llm.n_ctx(), self.llm.n_batch)
+            states_folder = cache_dir() / "kv-states" / valid_for
+        self._kv_states = KvStates(self.llm._ctx.ctx, folder=states_folder)
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.mode_reason = ""
@@ -377,6 +387,9 @@ class EngineSession:
     def close(self) -> None:
         if self._auto is not None:
             self._auto.close()
+        if self._kv_states.folder is not None and self.decoder.restorable:
+            self._kv_states.save(self.decoder.kv_tokens())  # model switch, quit: kept on disk
+            self._kv_states.spill()
         self.decoder.close()
         self.llm.close()
 
@@ -411,6 +424,17 @@ class EngineSession:
         n_text, n_prompt = self.prompt.count(system + turns, req.text)
         return p.TokenCount(req.request_id, n_text, n_prompt, p.prompt_budget(n_ctx, req.max_tokens), n_ctx)
 
+    def _switch_cache(self, tokens: list[int]) -> None:
+        """Before a prefill drops most of the live cache (another conversation, an earlier branch),
+        keep that cache; where a kept one shares more of `tokens` than the live one, restore it."""
+        live = self.decoder.cached_prefix(tokens)
+        leaving = self.decoder.kv_tokens()
+        if len(leaving) - live >= MIN_GAIN_TOKENS:
+            self._kv_states.save(leaving)
+        n, key = self._kv_states.best(tokens)
+        if key is not None and n >= live + MIN_GAIN_TOKENS:
+            self.decoder.adopt(self._kv_states.restore(key) or [])
+
     def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
         s = req.sampling
         n_ctx = self.llm.n_ctx()
@@ -444,6 +468,8 @@ class EngineSession:
             # on what was cached (lavapipe, 3 first layers: 7/13 answers). GPUs prefill fast: every
             # request prefills from the start, in the same chunks.
             self.decoder.forget()
+        elif self.decoder.restorable and self._keep_kv:
+            self._switch_cache(tokens)
         cached = self.decoder.cached_prefix(tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))
 

@@ -1,0 +1,174 @@
+"""Saved KV caches of conversations the target answered before (issue 24, item 2): llama.cpp's
+sequence state (llama_state_seq_get_data) of the tokens then in the cache, kept in memory up to a
+byte budget, least recently used first out, and on disk (a folder per model sha256, native build
+and context settings: `folder_key`) for states evicted from memory and all of them when the model is
+closed (model switch, quit). Switching back to a conversation, also after a restart, restores its
+cache, so only what is new is prefilled. A file is named by a hash of its tokens and carries them and
+a sha256 of its content: a damaged or truncated one is ignored (and removed) with a log line, and the
+conversation is prefilled as without it."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import struct
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from engine.sequences import common_prefix
+
+DEFAULT_BUDGET_BYTES = 512 * 1024 * 1024
+# a saved state is worth restoring only when it spares this many more tokens than the live cache
+MIN_GAIN_TOKENS = 32
+DISK_BUDGET_BYTES = 4 * 1024 * 1024 * 1024
+MAGIC = b"SPECEE-KV1\n"
+log = logging.getLogger(__name__)
+
+
+def folder_key(model_sha256: str, build_key: str, n_ctx: int, n_batch: int) -> str:
+    """What a saved state is valid for: the model file, our native build and the context settings."""
+    return hashlib.sha256(f"{model_sha256}|{build_key}|{n_ctx}|{n_batch}".encode()).hexdigest()[:32]
+
+
+def _file_name(tokens: tuple[int, ...]) -> str:
+    return hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()[:32] + ".kv"
+
+
+def _write(path: Path, tokens: tuple[int, ...], data: bytes | memoryview) -> None:
+    head = MAGIC + struct.pack("<I", len(tokens)) + struct.pack(f"<{len(tokens)}i", *tokens) + struct.pack("<Q", len(data))
+    digest = hashlib.sha256(head)
+    digest.update(data)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as f:
+        f.write(head)
+        f.write(data)
+        f.write(digest.digest())
+    tmp.replace(path)
+
+
+def _read_tokens(path: Path) -> tuple[int, ...]:
+    with path.open("rb") as f:
+        head = f.read(len(MAGIC) + 4)
+        if len(head) != len(MAGIC) + 4 or not head.startswith(MAGIC):
+            raise ValueError("not a saved KV state")
+        (n,) = struct.unpack("<I", head[len(MAGIC) :])
+        raw = f.read(4 * n)
+        if len(raw) != 4 * n:
+            raise ValueError("truncated")
+        return struct.unpack(f"<{n}i", raw)
+
+
+def _read(path: Path) -> tuple[tuple[int, ...], memoryview]:
+    body = memoryview(path.read_bytes())  # slices below are views: a 3000-token state is ~70 MB
+    if len(body) < len(MAGIC) + 4 + 8 + 32 or hashlib.sha256(body[:-32]).digest() != body[-32:]:
+        raise ValueError("damaged or truncated (checksum)")
+    tokens = _read_tokens(path)
+    off = len(MAGIC) + 4 + 4 * len(tokens)
+    (size,) = struct.unpack("<Q", body[off : off + 8])
+    data = body[off + 8 : off + 8 + size]
+    if len(data) != size or off + 8 + size + 32 != len(body):
+        raise ValueError("damaged (sizes)")
+    return tokens, data
+
+
+class KvStates:
+    def __init__(self, ctx: Any, budget_bytes: int = DEFAULT_BUDGET_BYTES, folder: Path | None = None) -> None:
+        self._ctx = ctx
+        self.budget = budget_bytes
+        self._states: OrderedDict[tuple[int, ...], bytes | memoryview] = OrderedDict()
+        self.folder = folder
+        self._disk: dict[tuple[int, ...], Path] = {}
+        if folder is not None and folder.is_dir():
+            for f in folder.glob("*.kv"):
+                try:
+                    self._disk[_read_tokens(f)] = f
+                except (OSError, ValueError, struct.error) as exc:
+                    self._drop(f, exc)
+
+    @staticmethod
+    def _drop(f: Path, why: object) -> None:
+        log.warning("ignored the saved KV state %s (%s); that conversation is prefilled again", f, why)
+        f.unlink(missing_ok=True)
+
+    def _to_disk(self, key: tuple[int, ...], data: bytes | memoryview) -> None:
+        if self.folder is None:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / _file_name(key)
+            _write(path, key, data)
+            self._disk[key] = path
+            files = sorted(self.folder.parent.glob("*/*.kv"), key=lambda f: f.stat().st_mtime)
+            total = sum(f.stat().st_size for f in files)
+            while files and total > DISK_BUDGET_BYTES:  # least recently written out first, all models
+                old = files.pop(0)
+                total -= old.stat().st_size
+                old.unlink(missing_ok=True)
+                self._disk = {k: v for k, v in self._disk.items() if v != old}
+        except OSError as exc:
+            log.warning("could not save a KV state under %s: %s", self.folder, exc)
+
+    def spill(self) -> None:
+        """Everything kept in memory to disk (the model is being closed)."""
+        for key, data in self._states.items():
+            self._to_disk(key, data)
+
+    def used_bytes(self) -> int:
+        return sum(len(b) for b in self._states.values())
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def save(self, tokens: list[int]) -> None:
+        """Keep sequence 0's cache, which holds exactly `tokens`."""
+        if not tokens:
+            return
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        if size <= 0 or size > self.budget:
+            return
+        buf = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0) != size:
+            return
+        key = tuple(tokens)
+        # a saved prefix of this conversation is superseded by the longer state
+        for old in [k for k in self._states if len(k) <= len(key) and key[: len(k)] == k]:
+            del self._states[old]
+        self._states[key] = bytes(buf)
+        while self.used_bytes() > self.budget:
+            self._to_disk(*self._states.popitem(last=False))
+
+    def best(self, tokens: list[int]) -> tuple[int, tuple[int, ...] | None]:
+        """The saved state sharing the longest prefix with `tokens`, and that prefix's length."""
+        best_n, best_key = 0, None
+        for key in [*self._states, *self._disk]:
+            n = common_prefix(list(key), tokens)
+            if n > best_n:
+                best_n, best_key = n, key
+        return best_n, best_key
+
+    def restore(self, key: tuple[int, ...]) -> list[int] | None:
+        """Load a saved state into sequence 0 (the live cache is dropped); its tokens, or None
+        (the cache left empty) where llama.cpp refused it."""
+        if key in self._states:
+            data = self._states.pop(key)
+        else:
+            path = self._disk.pop(key)
+            try:
+                tokens, data = _read(path)
+                if tokens != key:
+                    raise ValueError("tokens differ from its index")
+            except (OSError, ValueError, struct.error) as exc:
+                self._drop(path, exc)
+                return None
+        mem = llama_cpp.llama_get_memory(self._ctx)
+        llama_cpp.llama_memory_clear(mem, True)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), 0) != len(data):
+            llama_cpp.llama_memory_clear(mem, True)
+            return None
+        self._states[key] = data  # most recently used now
+        return list(key)

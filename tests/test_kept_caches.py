@@ -1,0 +1,109 @@
+"""Conversations whose KV cache is kept (engine/llm/kv_states.py): going back to a conversation after
+another one was answered restores its cache, so only what is new is prefilled, and the answer is
+token-identical to the one after a full prefill (vanilla and ngram, the default model and a tiny qwen2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import protocol as p
+from engine.client import WorkerClient
+from tests.tiny_models import write_tiny_gguf
+
+TOPIC_A = "Explain, step by step and with an example, how a lighthouse keeper kept the lamp burning in 1850. " * 2
+TOPIC_B = "Describe the life cycle of a monarch butterfly, from the egg to the long migration south. " * 2
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "qwen2.gguf", "qwen2", tokenizer_from=model_path)
+
+
+def _answer(client: WorkerClient, messages: list[dict[str, str]]) -> tuple[p.Done, p.Stats]:
+    events = list(client.stream(messages, p.Sampling.greedy(24)))
+    done = events[-1]
+    assert isinstance(done, p.Done)
+    return done, [e for e in events if isinstance(e, p.Stats)][-1]
+
+
+def _worker(path: Path, mode: p.Mode) -> WorkerClient:
+    client = WorkerClient()
+    client.start()
+    client.load(path, p.Placement(n_ctx=1024, n_threads=2), mode=mode)
+    return client
+
+
+@pytest.mark.parametrize(("which", "mode"), [("default", p.Mode.VANILLA), ("default", p.Mode.NGRAM), ("qwen2", p.Mode.VANILLA)])
+def test_going_back_to_a_conversation_restores_its_cache_and_the_same_answer(
+    which: str, mode: p.Mode, model_path: Path, tiny_qwen2: Path
+) -> None:
+    path = model_path if which == "default" else tiny_qwen2
+    client = _worker(path, mode)
+    try:
+        a1 = [{"role": "user", "content": TOPIC_A}]
+        done_a1, _ = _answer(client, a1)
+        _answer(client, [{"role": "user", "content": TOPIC_B}])  # another chat takes the cache
+        a2 = [*a1, {"role": "assistant", "content": done_a1.text}, {"role": "user", "content": "And in winter? " * 3}]
+        done_kept, stats = _answer(client, a2)
+        # the first question's prompt is cached again (its last tokens may tokenize otherwise once the
+        # answer follows them: the tiny model answers with line breaks, which merge)
+        assert stats.n_prompt_cached >= done_a1.n_prompt - 4 > 40, "the first conversation's cache was restored"
+    finally:
+        client.stop()
+    for f in _state_files():  # the caches it kept on disk at quit
+        f.unlink()
+    cold = _worker(path, mode)
+    try:
+        done_cold, stats_cold = _answer(cold, a2)
+        assert stats_cold.n_prompt_cached == 0
+    finally:
+        cold.stop()
+    assert done_kept.tokens == done_cold.tokens
+
+
+def _state_files() -> list[Path]:
+    from engine.paths import cache_dir
+
+    return sorted((cache_dir() / "kv-states").glob("*/*.kv"))
+
+
+@pytest.mark.parametrize("damage", ["none", "truncated", "flipped"])
+def test_a_conversation_kept_on_disk_survives_a_restart_and_a_damaged_file_costs_only_a_prefill(
+    damage: str, model_path: Path
+) -> None:
+    for f in _state_files():
+        f.unlink()
+    a1 = [{"role": "user", "content": TOPIC_A + damage}]
+    client = _worker(model_path, p.Mode.VANILLA)
+    try:
+        done_a1, _ = _answer(client, a1)
+    finally:
+        client.stop()  # quit: the live cache goes to disk
+    files = _state_files()
+    assert len(files) == 1
+    if damage == "truncated":
+        files[0].write_bytes(files[0].read_bytes()[: files[0].stat().st_size // 2])
+    elif damage == "flipped":
+        raw = bytearray(files[0].read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        files[0].write_bytes(bytes(raw))
+    a2 = [*a1, {"role": "assistant", "content": done_a1.text}, {"role": "user", "content": "And in winter? " * 3}]
+    again = _worker(model_path, p.Mode.VANILLA)
+    try:
+        done, stats = _answer(again, a2)
+    finally:
+        again.stop()
+    if damage == "none":
+        assert stats.n_prompt_cached >= done_a1.n_prompt - 4, "restored from disk after the restart"
+    else:
+        assert stats.n_prompt_cached == 0 and not files[0].exists(), "the damaged file was ignored and removed"
+    for f in _state_files():
+        f.unlink()
+    cold = _worker(model_path, p.Mode.VANILLA)
+    try:
+        done_cold, _ = _answer(cold, a2)
+    finally:
+        cold.stop()
+    assert done.tokens == done_cold.tokens

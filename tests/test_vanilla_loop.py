@@ -1,0 +1,60 @@
+"""Vanilla's own decode loop (engine/llm/decoders.py VanillaDecoder: llama_decode + llama.cpp's sampler
+chain per token, no Python generate loop) answers token for token as llama-cpp-python's generate did,
+from a cold cache and after reusing a cached prefix, on the default model and a tiny qwen2 model."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+
+from engine import protocol as p
+from tests.tiny_models import write_tiny_gguf
+
+N = 24
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "qwen2.gguf", "qwen2", tokenizer_from=model_path)
+
+
+def _reference(llm, tokens: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
+    """llama-cpp-python's own loop, greedy, from an empty cache."""
+    llm.reset()
+    gen = llm.generate(tokens, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
+    return list(itertools.islice(gen, N))
+
+
+@pytest.mark.parametrize("which", ["default", "qwen2"])
+def test_vanilla_loop_matches_llama_cpp_pythons_generate(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from engine.llm.decoders import VanillaDecoder
+
+    path = model_path if which == "default" else tiny_qwen2
+    llm = Llama(model_path=str(path), n_ctx=1024, n_batch=64, n_threads=2, verbose=False)
+    first = llm.tokenize(b"The history of the printing press in Europe began", add_bos=True)
+    want_first = _reference(llm, first)
+    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm._ctx.ctx), True)
+
+    dec = VanillaDecoder(llm)
+    try:
+        got = list(itertools.islice(dec.stream(first, p.Sampling.greedy()), N))
+        assert got == want_first
+        assert math.isfinite(dec.last_margin()) and dec.last_margin() >= 0
+        # a second turn: the first turn's prompt and answer are cached, only the rest is prefilled
+        # (over a chunk boundary: n_batch is 64)
+        second = first + got + llm.tokenize(b" And then, two centuries later, a second revolution came:", add_bos=False) * 3
+        assert dec.cached_prefix(second) == len(first) + N - 1
+        reused = list(itertools.islice(dec.stream(second, p.Sampling.greedy()), N))
+        dec.forget()
+        assert dec.kv_used() == 0 and dec.cached_prefix(second) == 0
+        cold = list(itertools.islice(dec.stream(second, p.Sampling.greedy()), N))
+        assert reused == cold == _reference(llm, second)
+    finally:
+        dec.close()
+        llm.close()
