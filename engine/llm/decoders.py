@@ -202,7 +202,7 @@ class DrafterDecoder(_NativeLoop):
         self.llm = llm
         self.drafter = drafter
         # the n-gram drafters read the prompt the prefill hands them: the target's cache is all
-        self.restorable = drafter.startswith("ngram")
+        self.restorable = drafter == "copy" or drafter.startswith("ngram")
         self.lib = native.spec_lib()
         self.n_draft = n_draft
         self._handle = None
