@@ -170,7 +170,9 @@ def run_bench(
     """layout "auto": every mode loads the planner's placement, as the app does; "first"/"last"
     with n_gpu_layers override it (the EAGLE head follows the target's last layer either way).
     Modes "peer" and "peer:<llama.cpp drafter>" run upstream llama-server (peer_server) instead."""
-    # every prompt prefills from scratch, as the peer does: no kept conversation caches (a former run's)
+    # every prompt prefills from scratch, as the peer does: no kept conversation caches (a former
+    # run's) in the workers it starts; restored after, so the caller's later workers keep theirs
+    keep_kv = os.environ.get("SPECEE_KEEP_KV")
     os.environ["SPECEE_KEEP_KV"] = "0"
     clients: dict[str, WorkerClient] = {}
     peers: dict[str, _Peer] = {}
@@ -238,6 +240,10 @@ def run_bench(
             client.stop()
         for peer in peers.values():
             peer.stop()
+        if keep_kv is None:
+            os.environ.pop("SPECEE_KEEP_KV", None)
+        else:
+            os.environ["SPECEE_KEEP_KV"] = keep_kv
     reference = reports.get("vanilla")
     return {
         "model": model_path,
