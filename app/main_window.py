@@ -146,7 +146,8 @@ class MainWindow(WindowPlaces, QMainWindow):
 
     def _load_intent(self, path: str) -> p.Load:
         s = self.settings  # layout "auto": the worker plans where the layers go and says why in Loaded.plan
-        return p.Load(path, p.Placement(n_ctx=self.panel.load_context() or s.n_ctx, n_threads=s.n_threads), mode=s.mode)
+        placement = p.Placement(n_ctx=self.panel.load_context() or s.n_ctx, n_threads=s.n_threads)
+        return p.Load(path, placement, mode=s.mode, kv_disk_budget=s.kv_disk_gb * 1024**3)
 
     def start_engine(self) -> None:
         self.restart_button.setVisible(False)

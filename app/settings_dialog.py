@@ -12,7 +12,9 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QFrame,
+    QHBoxLayout,
     QLabel,
+    QPushButton,
     QScrollArea,
     QSpinBox,
     QVBoxLayout,
@@ -20,10 +22,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.model_status import MODE_NAMES, measured_speeds_text
+from engine import kept_caches
 from engine import protocol as p
 from engine.hardware import physical_cores
 from engine.models.download import models_dir
-from engine.settings import MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, THEMES, AppSettings
+from engine.settings import KV_DISK_GB_MAX, MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, THEMES, AppSettings
 
 THEME_NAMES = {"system": "System", "light": "Light", "dark": "Dark"}
 
@@ -143,6 +146,17 @@ class SettingsDialog(QDialog):
         self.ctx.setSingleStep(1024)
         self.ctx.setValue(settings.n_ctx)
         self.ctx.setAccessibleName("Context length")
+        self.kv_disk = QSpinBox()
+        self.kv_disk.setRange(0, KV_DISK_GB_MAX)
+        self.kv_disk.setSuffix(" GB")
+        self.kv_disk.setSpecialValueText("none (memory only)")
+        self.kv_disk.setValue(settings.kv_disk_gb)
+        self.kv_disk.setAccessibleName("Disk for saved conversations")
+        self.kv_usage = QLabel()
+        self.kv_clear = QPushButton("Clear saved conversations")
+        self.kv_clear.setToolTip("Delete the saved caches on disk; each chat then reads its history again once")
+        self.kv_clear.clicked.connect(self.clear_kept_caches)
+        self.show_kept_caches()
         self.theme = QComboBox()
         for t in THEMES:
             self.theme.addItem(THEME_NAMES[t], t)
@@ -179,6 +193,22 @@ class SettingsDialog(QDialog):
                 "turns are dropped (with a notice) when a chat outgrows it."
             )
         )
+        col.addWidget(_section("Saved conversations"))
+        form4 = QFormLayout()
+        form4.addRow("Disk to use", self.kv_disk)
+        used = QHBoxLayout()
+        used.addWidget(self.kv_usage, 1)
+        used.addWidget(self.kv_clear)
+        form4.addRow("Saved now", used)
+        col.addLayout(form4)
+        col.addWidget(
+            _para(
+                "Going back to a chat, editing or regenerating its last message, switching models and back, or "
+                "restarting the app reads only what is new: the model's cache of each recent chat is kept in "
+                "memory and, when it leaves memory, on disk (oldest out first). Plain and ngram decoding, "
+                f"on the CPU. Where: {kept_caches.kv_states_root()}"
+            )
+        )
         col.addWidget(_section("Appearance"))
         form3 = QFormLayout()
         form3.addRow("Theme", self.theme)
@@ -198,6 +228,18 @@ class SettingsDialog(QDialog):
         outer.addWidget(scroll, 1)
         outer.addWidget(buttons)
 
+    def show_kept_caches(self) -> None:
+        usage = kept_caches.disk_usage()
+        self.kv_usage.setText(usage.text())
+        self.kv_clear.setEnabled(usage.n_files > 0)
+
+    def clear_kept_caches(self) -> None:
+        kept_caches.clear()
+        self.show_kept_caches()
+
     def result_settings(self, base: AppSettings) -> AppSettings:
         mode, theme = self.mode.currentText(), self.theme.currentData()
-        return replace(base, mode=mode, n_threads=self.threads.value(), n_ctx=self.ctx.value(), theme=theme)
+        return replace(
+            base, mode=mode, n_threads=self.threads.value(), n_ctx=self.ctx.value(), theme=theme,
+            kv_disk_gb=self.kv_disk.value(),
+        )  # fmt: skip

@@ -308,9 +308,10 @@ class WorkerClient(EngineClient):
         exits: bool = True,
         drafter: str = "",
         draft_model: str = "",
+        keep_kv: bool = True,
     ) -> p.Loaded:
         load = p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill, exits,
-                      drafter, draft_model)  # fmt: skip
+                      drafter, draft_model, keep_kv)  # fmt: skip
         return self.load_intent(load, timeout)
 
     def load_intent(self, load: p.Load, timeout: float = 300.0) -> p.Loaded:

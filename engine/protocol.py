@@ -22,7 +22,10 @@ from functools import cache
 from typing import Any, ClassVar
 
 # 2: enums checked on decode, Load carries the version and Loaded.acceleration (1: unversioned Load)
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
+# conversations' saved KV caches on disk (engine.kept_caches): the default budget and the most accepted
+KV_DISK_BUDGET_DEFAULT = 4 * 1024**3
+KV_DISK_BUDGET_MAX = 1024**4
 
 
 class ProtocolError(ValueError):
@@ -274,6 +277,11 @@ class Load(Message):
     exits: bool = True  # specee: False runs every step at full depth through the exit graph (measures its overhead)
     drafter: str = ""  # ngram: "" = copy (ours, drafts only where it pays), or a llama.cpp drafter (ngram-simple, ...)
     draft_model: str = ""  # draft: the draft model's path ("" = the registered model with the same tokenizer)
+    # other conversations' KV caches kept (in memory, then on disk up to kv_disk_budget bytes; 0 =
+    # memory only) so going back prefills only what is new; the bench turns it off (a cold prefill
+    # per prompt, as the peer's)
+    keep_kv: bool = True
+    kv_disk_budget: int = KV_DISK_BUDGET_DEFAULT
     protocol_version: int = PROTOCOL_VERSION  # the worker refuses a Load of another version
 
     def validate(self) -> None:
@@ -290,7 +298,11 @@ class Load(Message):
             _is_int(self.exit_check_every) and 0 <= self.exit_check_every <= EXIT_CHECK_EVERY_MAX,
             f"exit_check_every must be 0 (off) or a step count up to {EXIT_CHECK_EVERY_MAX}, got {self.exit_check_every}",
         )
-        for name in ("exit_fill", "exits"):
+        _check(
+            _is_int(self.kv_disk_budget) and 0 <= self.kv_disk_budget <= KV_DISK_BUDGET_MAX,
+            f"kv_disk_budget must be 0 (memory only) to {KV_DISK_BUDGET_MAX} bytes, got {self.kv_disk_budget!r}",
+        )
+        for name in ("exit_fill", "exits", "keep_kv"):
             _check(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
         _check(
             isinstance(self.drafter, str) and (not self.drafter or DRAFTER_RE.fullmatch(self.drafter) is not None),

@@ -9,9 +9,19 @@ from pathlib import Path
 
 from engine.atomic import write_text_atomic
 from engine.paths import data_dir
-from engine.protocol import MODES, N_CTX_MAX, N_CTX_MIN, N_THREADS_MAX, Placement, SettingsError
+from engine.protocol import (
+    KV_DISK_BUDGET_DEFAULT,
+    KV_DISK_BUDGET_MAX,
+    MODES,
+    N_CTX_MAX,
+    N_CTX_MIN,
+    N_THREADS_MAX,
+    Placement,
+    SettingsError,
+)
 
 __all__ = [
+    "KV_DISK_GB_MAX",
     "MODES",
     "N_CTX_MAX",
     "N_CTX_MIN",
@@ -27,6 +37,7 @@ __all__ = [
 THEMES = ("system", "light", "dark")  # "system" follows the OS colour scheme
 LOCAL_ENGINE = "local"
 _REMOTE_PREFIX = "remote:"
+KV_DISK_GB_MAX = KV_DISK_BUDGET_MAX // 1024**3
 
 
 def remote_engine_setting(endpoint: str, model: str) -> str:
@@ -52,6 +63,7 @@ class AppSettings:
     theme: str = "system"  # one of THEMES
     engine: str = LOCAL_ENGINE  # the engine the chat used last: "local" or remote_engine_setting(...)
     window: list[int] = field(default_factory=list)  # [width, height] when the window last closed ([]: the default)
+    kv_disk_gb: int = KV_DISK_BUDGET_DEFAULT // 1024**3  # disk for other conversations' saved caches (0: memory only)
 
     def validate(self) -> None:
         """SettingsError (a ValueError) for what the engine would refuse: the worker's own checks."""
@@ -64,6 +76,10 @@ class AppSettings:
             raise SettingsError(f"theme must be one of {', '.join(THEMES)}, got {self.theme!r}")
         if not isinstance(self.engine, str) or (self.engine != LOCAL_ENGINE and engine_remote(self.engine) is None):
             raise SettingsError(f"engine must be 'local' or 'remote:<endpoint>/<model id>', got {self.engine!r}")
+        if not (isinstance(self.kv_disk_gb, int) and not isinstance(self.kv_disk_gb, bool)) or not (
+            0 <= self.kv_disk_gb <= KV_DISK_GB_MAX
+        ):
+            raise SettingsError(f"disk for saved conversations must be 0 to {KV_DISK_GB_MAX} GB, got {self.kv_disk_gb!r}")
         if not window_size_ok(self.window):
             raise SettingsError(f"window must be [] or [width, height] in pixels, got {self.window!r}")
 

@@ -416,6 +416,26 @@ def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: Ma
     dialog.close()
 
 
+def test_settings_show_the_saved_conversations_and_clear_them(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    from engine import kept_caches
+
+    folder = kept_caches.kv_states_root() / "a-model"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("a.kv", "b.kv"):
+        (folder / name).write_bytes(b"x" * 3 * 1024 * 1024)
+    dialog = idle_window.open_settings()
+    assert dialog.kv_usage.text() == "6 MB in 2 saved conversations" and dialog.kv_clear.isEnabled()
+    dialog.kv_clear.click()
+    assert kept_caches.disk_usage().n_files == 0 and dialog.kv_usage.text() == "none saved yet"
+    assert not dialog.kv_clear.isEnabled()
+    dialog.kv_disk.setValue(0)  # memory only: the next load's intent says so
+    idle_window.settings = dialog.result_settings(idle_window.settings)
+    dialog.close()
+    assert idle_window._load_intent("m.gguf").kv_disk_budget == 0
+    idle_window.settings = replace(idle_window.settings, kv_disk_gb=2)
+    assert idle_window._load_intent("m.gguf").kv_disk_budget == 2 * 1024**3
+
+
 def test_first_run_shows_a_welcome_pane_then_the_chat(
     qtbot, smollm2_wheel: Path, isolated_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

@@ -107,3 +107,30 @@ def test_a_conversation_kept_on_disk_survives_a_restart_and_a_damaged_file_costs
     finally:
         cold.stop()
     assert done.tokens == done_cold.tokens
+
+
+@pytest.mark.parametrize(("keep_kv", "disk_budget"), [(True, 0), (False, p.KV_DISK_BUDGET_DEFAULT)])
+def test_memory_only_and_off_keep_nothing_on_disk(keep_kv: bool, disk_budget: int, model_path: Path) -> None:
+    """Settings' "none (memory only)" writes no file at quit; keep_kv off (the bench) keeps nothing at all."""
+    for f in _state_files():
+        f.unlink()
+    client = WorkerClient()
+    client.start()
+    try:
+        client.load_intent(p.Load(str(model_path), p.Placement(n_ctx=1024, n_threads=2), keep_kv=keep_kv,
+                                  kv_disk_budget=disk_budget))  # fmt: skip
+        a1 = [{"role": "user", "content": TOPIC_A}]
+        done_a1, _ = _answer(client, a1)
+        _answer(client, [{"role": "user", "content": TOPIC_B}])
+        a2 = [*a1, {"role": "assistant", "content": done_a1.text}, {"role": "user", "content": "And in winter?"}]
+        _, stats = _answer(client, a2)
+        assert (stats.n_prompt_cached >= done_a1.n_prompt - 4) == keep_kv  # memory still serves it
+    finally:
+        client.stop()
+    assert _state_files() == []
+
+
+def test_a_disk_budget_outside_the_limits_is_refused() -> None:
+    for bad in (-1, p.KV_DISK_BUDGET_MAX + 1, 1.5, True):
+        with pytest.raises(p.SettingsError, match="kv_disk_budget"):
+            p.Load("m.gguf", kv_disk_budget=bad).validate()  # type: ignore[arg-type]

@@ -24,7 +24,8 @@ def test_settings_take_the_engines_limits_and_modes(tmp_path: Path) -> None:
     big = AppSettings(mode="ngram", n_threads=p.N_THREADS_MAX, n_ctx=p.N_CTX_MAX)
     save_settings(big, path)
     assert load_settings(path) == big
-    for damaged in ('{"mode": "remote"}', '{"n_threads": true}', f'{{"n_ctx": {p.N_CTX_MAX + 1}}}', '{"last_model": 3}'):
+    for damaged in ('{"mode": "remote"}', '{"n_threads": true}', f'{{"n_ctx": {p.N_CTX_MAX + 1}}}', '{"last_model": 3}',
+                    '{"kv_disk_gb": -1}', '{"kv_disk_gb": 2.5}', '{"kv_disk_gb": 100000}'):  # fmt: skip
         path.write_text(damaged)
         assert load_settings(path) == AppSettings(), damaged
     with pytest.raises(p.SettingsError, match="threads"):

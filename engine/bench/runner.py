@@ -4,7 +4,6 @@ machine drift (thermal, background load) hits all modes alike; ratios are to `va
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -170,10 +169,6 @@ def run_bench(
     """layout "auto": every mode loads the planner's placement, as the app does; "first"/"last"
     with n_gpu_layers override it (the EAGLE head follows the target's last layer either way).
     Modes "peer" and "peer:<llama.cpp drafter>" run upstream llama-server (peer_server) instead."""
-    # every prompt prefills from scratch, as the peer does: no kept conversation caches (a former
-    # run's) in the workers it starts; restored after, so the caller's later workers keep theirs
-    keep_kv = os.environ.get("SPECEE_KEEP_KV")
-    os.environ["SPECEE_KEEP_KV"] = "0"
     clients: dict[str, WorkerClient] = {}
     peers: dict[str, _Peer] = {}
     reports: dict[str, ModeReport] = {}
@@ -203,6 +198,7 @@ def run_bench(
             loaded = client.load(
                 model_path, placement, mode=worker_mode, n_draft=n_draft, exit_check_every=int(specee_opt == "check"),
                 exit_fill=specee_opt != "nofill", exits=specee_opt != "noexit", drafter=drafter,
+                keep_kv=False,  # every prompt prefills from scratch, as the peer's does (no former run's caches)
             )  # fmt: skip
             clients[mode], reports[mode] = client, ModeReport(mode, ready.native, loaded=loaded)
             if mode.startswith(("eagle", "specee")):
@@ -240,10 +236,6 @@ def run_bench(
             client.stop()
         for peer in peers.values():
             peer.stop()
-        if keep_kv is None:
-            os.environ.pop("SPECEE_KEEP_KV", None)
-        else:
-            os.environ["SPECEE_KEEP_KV"] = keep_kv
     reference = reports.get("vanilla")
     return {
         "model": model_path,

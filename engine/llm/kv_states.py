@@ -19,12 +19,12 @@ from typing import Any
 
 import llama_cpp
 
+from engine.kept_caches import DEFAULT_DISK_BUDGET_BYTES
 from engine.sequences import common_prefix
 
 DEFAULT_BUDGET_BYTES = 512 * 1024 * 1024
 # a saved state is worth restoring only when it spares this many more tokens than the live cache
 MIN_GAIN_TOKENS = 32
-DISK_BUDGET_BYTES = 4 * 1024 * 1024 * 1024
 MAGIC = b"SPECEE-KV1\n"
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,12 @@ def _read(path: Path) -> tuple[tuple[int, ...], memoryview]:
 
 
 class KvStates:
-    def __init__(self, ctx: Any, budget_bytes: int = DEFAULT_BUDGET_BYTES, folder: Path | None = None) -> None:
+    def __init__(
+        self, ctx: Any, budget_bytes: int = DEFAULT_BUDGET_BYTES, folder: Path | None = None,
+        disk_budget_bytes: int = DEFAULT_DISK_BUDGET_BYTES,
+    ) -> None:  # fmt: skip
         self._ctx = ctx
-        self.budget = budget_bytes
+        self.budget, self.disk_budget = budget_bytes, disk_budget_bytes
         self._states: OrderedDict[tuple[int, ...], bytes | memoryview] = OrderedDict()
         self.folder = folder
         self._disk: dict[tuple[int, ...], Path] = {}
@@ -95,7 +98,7 @@ class KvStates:
         f.unlink(missing_ok=True)
 
     def _to_disk(self, key: tuple[int, ...], data: bytes | memoryview) -> None:
-        if self.folder is None:
+        if self.folder is None or self.disk_budget <= 0:
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +107,7 @@ class KvStates:
             self._disk[key] = path
             files = sorted(self.folder.parent.glob("*/*.kv"), key=lambda f: f.stat().st_mtime)
             total = sum(f.stat().st_size for f in files)
-            while files and total > DISK_BUDGET_BYTES:  # least recently written out first, all models
+            while files and total > self.disk_budget:  # least recently written out first, all models
                 old = files.pop(0)
                 total -= old.stat().st_size
                 old.unlink(missing_ok=True)

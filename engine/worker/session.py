@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import os
 import random
 import threading
 import time
@@ -18,6 +17,7 @@ from llama_cpp import Llama
 from engine import protocol as p
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
+from engine.kept_caches import kv_states_root
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
@@ -98,12 +98,12 @@ class EngineSession:
         self._vocab = model.vocab
         # other conversations' caches (CPU placements: on a GPU every request prefills, see generate)
         states_folder = None
-        self._keep_kv = os.environ.get("SPECEE_KEEP_KV", "1") != "0"  # the bench turns it off
+        self._keep_kv = load.keep_kv
         if placement.n_gpu_layers == 0 and self._keep_kv:
             sha = model_sha256(Path(load.model_path))
             valid_for = folder_key(sha, build_info().get("build_key", ""), self.llm.n_ctx(), self.llm.n_batch)
-            states_folder = cache_dir() / "kv-states" / valid_for
-        self._kv_states = KvStates(self.llm._ctx.ctx, folder=states_folder)
+            states_folder = kv_states_root() / valid_for
+        self._kv_states = KvStates(self.llm._ctx.ctx, folder=states_folder, disk_budget_bytes=load.kv_disk_budget)
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.mode_reason = ""
