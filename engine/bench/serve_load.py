@@ -7,6 +7,13 @@ development prompts as streaming chat requests from N client threads at once, an
 requests/s, output tokens/s and the time to first token and to the last one (p50/p95). The worker
 answers one request at a time, so under N clients the time to first token includes the wait for
 the turn: that is what a client sees.
+
+    python -m engine.bench.serve_load --clients 2 --requests 8 --conversation-tokens 3000
+
+Long conversations instead: each client keeps its own chat, opened by a ~N-token document, and
+resends the whole history every turn, as OpenAI clients do; the server's kept conversation caches
+should spare each turn the shared prefix (time to first token near a single client's, not a full
+prefill per request).
 """
 
 from __future__ import annotations
@@ -33,15 +40,23 @@ class Result:
     ttft_s: float
     total_s: float
     tokens: int
+    prompt_tokens: int = 0
+    text: str = ""
+    turn: int = 0  # long conversations: the turn of its client's chat (0: the document, a full prefill)
 
 
-def stream_chat(url: str, model: str, prompt: str, max_tokens: int, api_key: str | None) -> Result:
-    """One streaming chat request over plain HTTP (no client library needed to measure)."""
+DOCUMENT = "Here is one more paragraph of the notes we keep going over, about lighthouses, tides and ships. "
+FOLLOW_UPS = ["And the tides?", "And the ships?", "Who kept the lamp?", "What changed in winter?"]
+
+
+def stream_chat(url: str, model: str, prompt: str | list[dict[str, str]], max_tokens: int, api_key: str | None) -> Result:
+    """One streaming chat request over plain HTTP (no client library needed to measure); `prompt`:
+    the user's question, or a whole history."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=600)
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt,
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
@@ -53,7 +68,7 @@ def stream_chat(url: str, model: str, prompt: str, max_tokens: int, api_key: str
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
-    ttft, tokens = 0.0, 0
+    ttft, tokens, n_prompt, text = 0.0, 0, 0, []
     for raw in resp:
         line = raw.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -61,12 +76,14 @@ def stream_chat(url: str, model: str, prompt: str, max_tokens: int, api_key: str
         chunk = json.loads(line[6:])
         if "error" in chunk:
             raise RuntimeError(chunk["error"]["message"])
-        if not ttft and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-            ttft = time.perf_counter() - t0
+        content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
+        if content:
+            ttft = ttft or time.perf_counter() - t0
+            text.append(content)
         if chunk.get("usage"):
-            tokens = chunk["usage"]["completion_tokens"]
+            tokens, n_prompt = chunk["usage"]["completion_tokens"], chunk["usage"]["prompt_tokens"]
     conn.close()
-    return Result(ttft, time.perf_counter() - t0, tokens)
+    return Result(ttft, time.perf_counter() - t0, tokens, n_prompt, "".join(text))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -74,9 +91,23 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(url: str, model: str, clients: int, requests: int, max_tokens: int, api_key: str | None) -> dict:
+def run(
+    url: str, model: str, clients: int, requests: int, max_tokens: int, api_key: str | None, conversation_tokens: int = 0
+) -> dict:
     prompts = [p.text for p in load_prompts()]
     stream_chat(url, model, prompts[0], 4, api_key)  # warm-up: the first answer pays one-off costs
+    local = threading.local()
+
+    def next_request(i: int) -> str | list[dict[str, str]]:
+        if not conversation_tokens:
+            return prompts[i % len(prompts)]
+        if not hasattr(local, "history"):  # this client's conversation: its own document
+            doc = f"Client {threading.current_thread().name}'s notes. " + DOCUMENT * max(1, conversation_tokens // 20)
+            local.history = [{"role": "user", "content": doc + "Summarise the notes in one line."}]
+        else:
+            local.history.append({"role": "user", "content": FOLLOW_UPS[i % len(FOLLOW_UPS)]})
+        return local.history
+
     results: list[Result] = []
     errors: list[str] = []
     next_index = iter(range(requests))
@@ -90,7 +121,10 @@ def run(url: str, model: str, clients: int, requests: int, max_tokens: int, api_
             if i is None:
                 return
             try:
-                result = stream_chat(url, model, prompts[i % len(prompts)], max_tokens, api_key)
+                result = stream_chat(url, model, next_request(i), max_tokens, api_key)
+                if conversation_tokens:
+                    result.turn = len(local.history) // 2
+                    local.history.append({"role": "assistant", "content": result.text})
             except (OSError, RuntimeError) as exc:
                 errors.append(str(exc))
                 continue
@@ -100,7 +134,7 @@ def run(url: str, model: str, clients: int, requests: int, max_tokens: int, api_
                 results.append(result)
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, name=str(k + 1)) for k in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
@@ -109,11 +143,15 @@ def run(url: str, model: str, clients: int, requests: int, max_tokens: int, api_
     bar.close()
     ttft = [r.ttft_s * 1000 for r in results]
     total = [r.total_s * 1000 for r in results]
+    later = [r.ttft_s * 1000 for r in results if r.turn > 0]
     return {
         "clients": clients,
         "requests": len(results),
         "errors": errors,
         "max_tokens": max_tokens,
+        "conversation_tokens": conversation_tokens,
+        "prompt_tokens_p50": round(statistics.median([r.prompt_tokens for r in results])) if results else None,
+        "ttft_ms_later_turns_p50": round(statistics.median(later), 1) if later else None,
         "wall_s": round(wall, 2),
         "requests_per_s": round(len(results) / wall, 3),
         "output_tok_per_s": round(sum(r.tokens for r in results) / wall, 1),
@@ -121,7 +159,7 @@ def run(url: str, model: str, clients: int, requests: int, max_tokens: int, api_
         "ttft_ms_p95": round(percentile(ttft, 0.95), 1) if ttft else None,
         "latency_ms_p50": round(statistics.median(total), 1) if total else None,
         "latency_ms_p95": round(percentile(total, 0.95), 1) if total else None,
-        "results": [asdict(r) for r in results],
+        "results": [{**asdict(r), "text": r.text[:200]} for r in results],
     }
 
 
@@ -134,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default="auto", help="the server's acceleration mode")
     ap.add_argument("--url", help="measure a server that is already running (e.g. http://127.0.0.1:8080)")
     ap.add_argument("--api-key", help="that server's API key")
+    ap.add_argument("--conversation-tokens", type=int, default=0,
+                    help="each client keeps one long conversation opened by a document of about this many tokens")  # fmt: skip
     ap.add_argument("--json", help="write the full report here")
     args = ap.parse_args(argv)
     server = None
@@ -147,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/models", headers=headers), timeout=30) as r:
             model = json.load(r)["data"][0]["id"]
-        report = run(url, model, args.clients, args.requests, args.max_tokens, api_key)
+        report = run(url, model, args.clients, args.requests, args.max_tokens, api_key, args.conversation_tokens)
         with urllib.request.urlopen(f"{url}/health", timeout=30) as r:
             report.update(model=model, mode=json.load(r).get("mode", "?"))
     finally:
@@ -158,7 +198,14 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(report, f, indent=1)
     print(
         f"{report['model']} ({report['mode']}), {report['clients']} streaming clients, {report['requests']} requests of"
-        f" {report['max_tokens']} tokens: {report['requests_per_s']} requests/s, {report['output_tok_per_s']} tok/s;"
+        f" {report['max_tokens']} tokens"
+        + (
+            f" in long conversations (prompt p50 {report['prompt_tokens_p50']} tokens; time to first token after"
+            f" the first turn p50 {report['ttft_ms_later_turns_p50']} ms)"
+            if args.conversation_tokens
+            else ""
+        )
+        + f": {report['requests_per_s']} requests/s, {report['output_tok_per_s']} tok/s;"
         f" time to first token p50 {report['ttft_ms_p50']} ms, p95 {report['ttft_ms_p95']} ms;"
         f" latency p50 {report['latency_ms_p50']} ms, p95 {report['latency_ms_p95']} ms"
         + (f"; {len(report['errors'])} errors: {report['errors'][0]}" if report["errors"] else "")
