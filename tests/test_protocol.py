@@ -202,13 +202,13 @@ def test_a_load_outside_the_limits_is_refused_with_a_reason(change: dict, words:
 
 
 def test_a_load_or_ready_of_another_protocol_version_is_refused_before_anything_else() -> None:
-    assert p.PROTOCOL_VERSION == 3 and p.Load().protocol_version == 3
+    assert p.PROTOCOL_VERSION == 4 and p.Load().protocol_version == 4
     old_load = json.loads(p.encode(p.Load("/m.gguf", mode="vanilla")))
     del old_load["protocol_version"]  # version 1 sent none
     old_load["mode"] = "whatever-v1-had"
     with pytest.raises(p.VersionMismatch) as err:
         p.decode(json.dumps(old_load))
-    assert "the app speaks protocol version 1" in str(err.value) and "speaks 3" in str(err.value)
+    assert "the app speaks protocol version 1" in str(err.value) and "speaks 4" in str(err.value)
     with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 2"):
         p.decode(p.encode(p.Ready(pid=1, protocol_version=2)))  # the version before CountTokens
 
