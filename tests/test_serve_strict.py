@@ -415,3 +415,28 @@ def test_allow_origin_values(capsys: pytest.CaptureFixture[str]) -> None:
             allowed_origin(bad)
     assert cli_main(["serve", "--allow-origin", "*"]) == 2
     assert "--allow-origin" in capsys.readouterr().err
+
+
+def test_specee_exits_never_skip_a_bias_or_a_penalty(model_path: Path) -> None:
+    """SpecEE's exits emit the token they are sure of without the sampler chain: a token biased down
+    is never one they emit, and a bias up or a penalty runs every step at full depth."""
+    from engine import protocol as p
+    from engine.client import WorkerClient
+
+    def answer(client: WorkerClient, **sampling: object) -> tuple[p.Done, dict]:
+        s = p.Sampling.greedy(48)
+        for name, value in sampling.items():
+            setattr(s, name, value)
+        events = list(client.stream([{"role": "user", "content": "Explain how a bicycle works."}], s))
+        return events[-1], [e for e in events if isinstance(e, p.Stats)][-1].accel  # type: ignore[return-value]
+
+    with WorkerClient() as client:
+        assert client.load(model_path, p.Placement(n_ctx=1024), mode="specee").mode == "specee"
+        plain, accel = answer(client)
+        assert accel["exit_rate"] > 0
+        banned = set(plain.tokens[1:16])  # the first comes from the prefill, through the sampler anyway
+        done, accel = answer(client, logit_bias={str(t): -100.0 for t in banned})
+        assert not banned & set(done.tokens) and accel["exit_rate"] > 0, done.text
+        for sampling in ({"frequency_penalty": 1.0}, {"presence_penalty": 0.5}, {"logit_bias": {str(plain.tokens[3]): 5.0}}):
+            done, accel = answer(client, **sampling)
+            assert accel["exit_rate"] == 0 and done.n_generated > 8, sampling

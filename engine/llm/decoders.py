@@ -349,10 +349,13 @@ class SpecEEDecoder(_NativeLoop):
 
     def _configure(self, s: p.Sampling) -> None:
         seed = s.seed if s.seed >= 0 else random.getrandbits(32)
-        self.lib.specee_ee_configure(self._ee, self.exits, self.force_layer, self.shadow_every, s.temperature, seed)
+        exits = self.exits and not exits_would_ignore(s)
+        self.lib.specee_ee_configure(self._ee, exits, self.force_layer, self.shadow_every, s.temperature, seed)
         # An exit never emits a token of a stop string (nor an end-of-generation token): the full
-        # lm_head confirms it, so a premature exit cannot end the answer early.
-        stop = sorted({t for st in s.stop for t in self.llm.tokenize(st.encode(), add_bos=False, special=True)})
+        # lm_head confirms it, so a premature exit cannot end the answer early. Nor a token biased
+        # down (logit_bias < 0): the sampler chain decides whether it may come.
+        stop = {t for st in s.stop for t in self.llm.tokenize(st.encode(), add_bos=False, special=True)}
+        stop = sorted(stop | {int(token) for token, bias in s.logit_bias.items() if bias < 0})
         self.lib.specee_ee_set_stop_tokens(self._ee, (ctypes.c_int32 * max(len(stop), 1))(*stop), len(stop))
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
@@ -426,6 +429,13 @@ class SpecEEDecoder(_NativeLoop):
             self.lib.specee_ee_free(self._ee)
             self._ee = None
         self._free_draft_model()
+
+
+def exits_would_ignore(s: p.Sampling) -> bool:
+    """Whether SpecEE's exits would skip part of this sampling: an exit emits the token its layer is
+    sure of without the sampler chain, so a bias up (which may make another token win) or a frequency
+    or presence penalty (the request asks for them explicitly) needs every step at full depth."""
+    return bool(s.frequency_penalty or s.presence_penalty or any(bias > 0 for bias in s.logit_bias.values()))
 
 
 def _f32(a: np.ndarray) -> Any:
