@@ -1,8 +1,10 @@
 """The Starlette app: /v1/chat/completions, /v1/completions, /v1/models[/{id}], /health.
 
-Streaming answers are server-sent events (`data: {chunk}` ... `data: [DONE]`); Starlette's
-StreamingResponse watches for the client leaving and cancels the stream, whose cleanup then cancels
-the answer on the worker. A non-streaming request gets the same through `_while_connected`.
+Every request waits for its turn and the worker's first event before its response starts, so a
+refusal (a chat longer than the context, a full queue) has its own status, streamed or not; a client
+that leaves meanwhile is noticed (`_while_connected`). Streaming answers are then server-sent events
+(`data: {chunk}` ... `data: [DONE]`); Starlette's StreamingResponse watches for the client leaving
+and cancels the stream, whose cleanup then cancels the answer on the worker.
 """
 
 from __future__ import annotations
