@@ -45,8 +45,8 @@ def for_clients(kind: str, message: str) -> str:
     if kind == "worker_died":
         how = _DEATH.search(message)
         return (
-            f"this server's engine process {how.group(1) if how else 'stopped'} while answering; the server restarts"
-            " it by itself: send the request again"
+            f"this server's engine process {how.group(1) if how else 'stopped'}; the server restarts it by itself:"
+            " send the request again"
         )
     if kind == "no_model":
         return "this server has no model loaded yet (GET /health says when it is ready)"
