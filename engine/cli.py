@@ -632,13 +632,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """`specee serve`: the OpenAI-compatible HTTP server (engine/serve/)."""
     import os
 
-    from engine.serve.security import bind_problem
+    from engine.serve.security import allowed_origin, bind_problem
     from engine.serve.server import serve
 
     api_key = args.api_key or os.environ.get("SPECEE_API_KEY") or None
     problem = bind_problem(args.host, args.allow_remote, api_key)  # before any model work
     if problem:
         print(f"specee serve: {problem}", file=sys.stderr)
+        return 2
+    try:
+        origins = tuple(allowed_origin(o) for o in args.allow_origin)
+    except ValueError as exc:
+        print(f"specee serve: {exc}", file=sys.stderr)
         return 2
     model = resolve_model(args.model)
     if not model.is_file():
@@ -650,7 +655,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     placement.validate()
     return serve(
         model, model_id, args.mode, placement, args.host, args.port, api_key, args.allow_remote, args.max_queue, args.verbose,
-        args.exit_with_stdin,
+        args.exit_with_stdin, origins,
     )  # fmt: skip
 
 
@@ -761,6 +766,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--allow-remote", action="store_true", help="allow listening beyond localhost (needs an API key)")
     serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECEE_API_KEY)")
+    serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="let browser clients of this origin use the API (CORS), e.g. app://obsidian.md, "
+                            "vscode-webview://ID, chrome-extension://ID; repeatable. Pages on localhost need none")  # fmt: skip
     serve.add_argument("--ctx", type=int, default=4096)
     serve.add_argument("--threads", type=int, default=0)
     serve.add_argument("--max-queue", type=int, default=32, help="requests that may wait for their turn (more get 429)")

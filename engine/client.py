@@ -257,6 +257,9 @@ class WorkerClient(EngineClient):
             with self._send_lock:
                 proc.stdin.write(p.encode(msg) + "\n")
                 proc.stdin.flush()
+        except UnicodeEncodeError as exc:  # a lone surrogate: the request's fault, and nothing was written
+            why = f"the request holds text that is not valid Unicode ({exc.reason})"
+            raise WorkerError(p.ErrorKind.BAD_REQUEST, why) from exc
         except (BrokenPipeError, OSError, ValueError) as exc:
             raise WorkerError(p.ErrorKind.WORKER_DIED, f"The engine process is gone ({exc}); restart it.") from exc
 

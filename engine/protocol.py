@@ -21,7 +21,9 @@ from enum import StrEnum
 from functools import cache
 from typing import Any, ClassVar
 
-# 2: enums checked on decode, Load carries the version and Loaded.acceleration (1: unversioned Load)
+# 2: enums checked on decode, Load carries the version and Loaded.acceleration (1: unversioned Load);
+# 3: CountTokens; 4: Generate.on_overflow (an older worker would trim what the server must refuse),
+# Sampling's penalties and logit_bias, ErrorKind.CONTEXT_LENGTH_EXCEEDED, Load.keep_kv and kv_disk_budget
 PROTOCOL_VERSION = 4
 # conversations' saved KV caches on disk (engine.kept_caches): the default budget and the most accepted
 KV_DISK_BUDGET_DEFAULT = 4 * 1024**3
@@ -84,12 +86,20 @@ class FinishReason(StrEnum):
     CANCELLED = "cancelled"
 
 
+class Overflow(StrEnum):
+    """What Generate does with a conversation longer than the context."""
+
+    TRIM = "trim"  # the app: leave the oldest turns out (or cut the last message's middle), with a Notice
+    REFUSE = "refuse"  # the HTTP server: an Error of kind context_length_exceeded; the client decides what to cut
+
+
 class ErrorKind(StrEnum):
     MODEL_FILE = "model_file"  # the GGUF is missing, truncated, corrupt or not a model
     LOAD_FAILED = "load_failed"  # llama.cpp refused a file that passed our checks
     NO_MODEL = "no_model"
     BAD_SETTINGS = "bad_settings"
     BAD_REQUEST = "bad_request"
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # Generate.on_overflow refuse: the prompt does not fit
     BUSY = "busy"
     WORKER_DIED = "worker_died"
     INTERNAL = "internal"
@@ -136,6 +146,10 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass
 class _Typed:
     """Enum-typed fields given as plain strings become members (unknown strings stay as given, for
@@ -163,6 +177,11 @@ class Sampling:
     seed: int = -1  # -1 = random
     max_tokens: int = 512  # 0 = as long as the context has room (the answer then ends context_full)
     stop: list[str] = field(default_factory=list)
+    # OpenAI's penalties (-2..2) over the last tokens, applied with repeat_penalty by llama.cpp's sampler
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    # token id (a decimal string: JSON keys are strings) -> added to its logit before sampling (-100..100)
+    logit_bias: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def greedy(cls, max_tokens: int = 512) -> Sampling:
@@ -188,6 +207,14 @@ class Sampling:
         )
         check(all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty strings")
         check(len(self.stop) <= 16, "at most 16 stop strings")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            check(_is_number(value) and -2.0 <= value <= 2.0, f"{name} must be between -2 and 2, got {value!r}")
+        check(isinstance(self.logit_bias, dict), f"logit_bias must map token ids to biases, got {self.logit_bias!r}")
+        for token, bias in self.logit_bias.items():
+            is_id = isinstance(token, str) and token.isascii() and token.isdigit()
+            check(is_id, f"logit_bias keys must be token ids, got {token!r}")
+            check(_is_number(bias) and -100 <= bias <= 100, f"logit_bias values must be -100..100, got {bias!r} for {token}")
 
 
 @dataclass
@@ -328,6 +355,9 @@ class Generate(Message):
     # raw completion (the HTTP server's /v1/completions): this text is the whole prompt, tokenized as
     # is without the chat template, and `messages` is ignored; "" = a chat request
     prompt: str = ""
+    # a conversation longer than the context: trimmed with a context_trimmed Notice (the app), or
+    # refused (the HTTP server, unless its client asks for truncation). A raw prompt is always refused.
+    on_overflow: Overflow = Overflow.TRIM
 
 
 @dataclass

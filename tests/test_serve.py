@@ -313,11 +313,14 @@ def test_worker_death_is_503_then_the_next_request_works(served: ServerProcess) 
     wait_idle(served)
     stream = client(served).chat.completions.create(model=MODEL_ID, messages=COUNT, max_tokens=2000, temperature=0, stream=True)
     pid = served.health()["worker_pid"]
-    with pytest.raises(openai.APIError, match="engine process"):
+    with pytest.raises(openai.APIError, match="engine process") as err:
         for chunk in stream:
             if pid and chunk.choices and chunk.choices[0].delta.content:
                 os.kill(pid, signal.SIGKILL)
                 pid = 0
+    # told as this server's, not the app's ("Your conversation is kept; restart the engine")
+    assert "this server" in err.value.message and "signal 9" in err.value.message, err.value.message
+    assert "conversation" not in err.value.message and "restart the engine" not in err.value.message
     assert ask(served, "Say hi.", max_tokens=4).choices[0].message.content
     assert served.health()["restarts"] == 1
 

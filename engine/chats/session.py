@@ -26,6 +26,7 @@ ERROR_TITLES: dict[str, str] = {
     p.ErrorKind.NO_MODEL: "No model is loaded",
     p.ErrorKind.BAD_SETTINGS: "These settings cannot be used",
     p.ErrorKind.BAD_REQUEST: "The request could not be answered",
+    p.ErrorKind.CONTEXT_LENGTH_EXCEEDED: "The conversation is longer than the model's context",
     p.ErrorKind.BUSY: "The engine is busy",
     p.ErrorKind.WORKER_DIED: "The engine stopped unexpectedly",
     p.ErrorKind.INTERNAL: "The engine hit an internal error",

@@ -46,6 +46,17 @@ class ChatFormatError(ValueError):
     pass
 
 
+class ContextOverflow(ChatFormatError):
+    """A prompt longer than its budget, where trimming is not wanted (the HTTP server's requests)."""
+
+    def __init__(self, n_tokens: int, budget: int, what: str = "conversation") -> None:
+        super().__init__(
+            f"the {what} is {n_tokens} tokens; at most {budget} fit beside the answer in the context; shorten it"
+            " or lower max_tokens"
+        )
+        self.n_tokens, self.budget = n_tokens, budget
+
+
 @dataclass
 class FittedPrompt:
     tokens: list[int]
@@ -100,6 +111,22 @@ class ChatPrompt:
         return cls(None, bos, eos, tokenize, lambda messages: _apply_builtin(name, messages), name, tokenize_plain)
 
     def render(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text of a conversation. Every system message reaches it: one that is not the
+        leading one keeps its place where the template renders it there, else all of them are merged,
+        a blank line apart, into one system message at the start (many templates take only that one,
+        or raise on any other)."""
+        if not _extra_system(messages):
+            return self._render(messages)
+        try:
+            text = self._render(messages)
+            # a template may also skip what it does not expect, silently
+            if all(m["content"].strip() in text for m in messages if m["role"] == "system"):
+                return text
+        except ChatFormatError:
+            pass
+        return self._render(merge_system(messages))
+
+    def _render(self, messages: list[dict[str, str]]) -> str:
         try:
             if self._builtin is not None:
                 return self._builtin(messages)
@@ -107,10 +134,10 @@ class ChatPrompt:
         except Exception as exc:  # jinja errors of many kinds: the template is the model's, not ours
             raise ChatFormatError(f"the model's chat template failed on this conversation: {exc}") from exc
 
-    def fit(self, messages: list[dict[str, str]], budget: int, continue_answer: bool = False) -> FittedPrompt:
-        """Tokens of the conversation, dropping the oldest turns (never the system prompt or the last
+    def fit(self, messages: list[dict[str, str]], budget: int, continue_answer: bool = False, trim: bool = True) -> FittedPrompt:
+        """Tokens of the conversation, dropping the oldest turns (never a system message or the last
         message) until it fits in `budget` tokens; as a last resort the middle of the last message
-        is cut, its start and end kept."""
+        is cut, its start and end kept. trim=False: ContextOverflow instead of any of that."""
         # continue_answer: the last message is an unfinished answer; the prompt is the conversation
         # before it with the generation prompt, followed by that answer's text
         answer = ""
@@ -119,31 +146,32 @@ class ChatPrompt:
                 raise ChatFormatError("continuing an answer needs the unfinished answer as the last message")
             answer, messages = messages[-1]["content"], messages[:-1]
         validate_messages(messages)
-        system = [m for m in messages if m["role"] == "system"][:1]
-        turns = [m for m in messages if m["role"] != "system"]
         dropped = 0
         while True:
-            tokens = self._tokenize(self.render(system + turns) + answer)
-            if len(tokens) <= budget or len(turns) <= 1:
+            tokens = self._tokenize(self.render(messages) + answer)
+            if len(tokens) <= budget or sum(m["role"] != "system" for m in messages) <= 1:
                 break
-            # Drop a whole exchange at once so the history never starts with an assistant reply.
-            cut = 2 if len(turns) > 2 and turns[0]["role"] == "user" and turns[1]["role"] == "assistant" else 1
-            turns = turns[cut:]
+            if not trim:
+                raise ContextOverflow(len(tokens), budget)
+            messages, cut = _drop_oldest(messages)
             dropped += cut
         if len(tokens) <= budget:
             return FittedPrompt(tokens, dropped, False)
+        if not trim:
+            raise ContextOverflow(len(tokens), budget)
+        system = [m for m in messages if m["role"] == "system"]
         if answer:  # continuing an answer that filled the context: the question and the answer's latest part
             keep = len(answer)
             while len(tokens) > budget and keep > 0:
                 keep = int(keep * 0.9)
-                tokens = self._tokenize(self.render(system + turns) + answer[len(answer) - keep :])
+                tokens = self._tokenize(self.render(messages) + answer[len(answer) - keep :])
             if len(tokens) <= budget:
                 return FittedPrompt(tokens, dropped, False, answer_cut=len(answer) - keep)
             answer = ""  # not even the question fits beside it: cut the question as below, no answer
         # One message longer than the context: cut its middle. The start usually says what to do
         # ("Summarize this text: ...") and the end is what was asked last; both are kept, and the
         # model is told where text is missing.
-        last = dict(turns[-1])
+        last = dict(messages[-1])
         content = last["content"]
         keep = len(content)
         while len(tokens) > budget and keep > 0:
@@ -165,10 +193,7 @@ class ChatPrompt:
         part matters is the caller's to say, so one that does not fit is refused."""
         tokens = self._tokenize(text)
         if len(tokens) > budget:
-            raise ChatFormatError(
-                f"the prompt is {len(tokens)} tokens; at most {budget} fit beside the answer in the context; shorten it"
-                " or lower max_tokens"
-            )
+            raise ContextOverflow(len(tokens), budget, "prompt")
         return FittedPrompt(tokens, 0, False)
 
 
@@ -180,6 +205,27 @@ def validate_messages(messages: list[dict[str, str]]) -> None:
             raise ChatFormatError(f"each message needs a role (system/user/assistant) and text content, got {str(m)[:80]}")
     if messages[-1]["role"] != "user":
         raise ChatFormatError("the last message must be the user's")
+
+
+def _extra_system(messages: list[dict[str, str]]) -> bool:
+    """Any system message other than a leading one."""
+    return any(m["role"] == "system" for m in messages[1:])
+
+
+def merge_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Every system message's text joined, a blank line apart, into one system message at the start."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [m for m in messages if m["role"] != "system"]
+    return [{"role": "system", "content": "\n\n".join(system)}, *rest] if system else rest
+
+
+def _drop_oldest(messages: list[dict[str, str]]) -> tuple[list[dict[str, str]], int]:
+    """The conversation without its oldest exchange (a question and its reply at once, so the history
+    never starts with a reply); system messages stay. Returns it and how many messages went."""
+    turns = [i for i, m in enumerate(messages) if m["role"] != "system"]
+    pair = len(turns) > 2 and messages[turns[0]]["role"] == "user" and messages[turns[1]]["role"] == "assistant"
+    cut = set(turns[: 2 if pair else 1])
+    return [m for i, m in enumerate(messages) if i not in cut], len(cut)
 
 
 def _architecture(llm: Llama) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama
+from llama_cpp._internals import LlamaSampler
 
 from engine import native
 from engine import protocol as p
@@ -39,12 +40,39 @@ class Decoder(Protocol):
     def adopt(self, tokens: list[int]) -> None: ...
 
 
-def _sampler(llm: Llama, s: p.Sampling):  # type: ignore[no-untyped-def]
-    return llm._init_sampler(
-        top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, typical_p=1.0, temp=s.temperature, repeat_penalty=s.repeat_penalty,
-        frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_tau=5.0, mirostat_eta=0.1,
-        penalize_nl=True, logits_processor=None, grammar=None,
+def _sampler(llm: Llama, s: p.Sampling) -> LlamaSampler:
+    """llama.cpp's sampler chain for `s`, as llama-cpp-python's Llama._init_sampler builds it (same
+    samplers, same order: answers stay token-identical to it), with a logit bias first when asked."""
+    chain = LlamaSampler()
+    n_vocab = llm.n_vocab()
+    if s.logit_bias:
+        biases = (llama_cpp.llama_logit_bias * len(s.logit_bias))(*_logit_biases(s.logit_bias, n_vocab))
+        # llama.cpp copies the biases: the array need not outlive this call
+        llama_cpp.llama_sampler_chain_add(chain.sampler, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
+    chain.add_penalties(
+        n_vocab=n_vocab, penalty_last_n=llm.last_n_tokens_size, penalty_repeat=s.repeat_penalty,
+        penalty_freq=s.frequency_penalty, penalty_present=s.presence_penalty,
     )  # fmt: skip
+    if s.temperature == 0.0:
+        chain.add_greedy()
+        return chain
+    chain.add_top_k(s.top_k)
+    chain.add_typical(1.0, 1)
+    chain.add_top_p(s.top_p, 1)
+    chain.add_min_p(s.min_p, 1)
+    chain.add_temp(s.temperature)
+    chain.add_dist(llm._seed)
+    return chain
+
+
+def _logit_biases(logit_bias: dict[str, float], n_vocab: int) -> list[tuple[int, float]]:
+    """Sampling.logit_bias (validated: decimal keys) as (token, bias) pairs; SettingsError for a token
+    this model's vocabulary does not have."""
+    pairs = [(int(token), float(bias)) for token, bias in logit_bias.items()]
+    for token, _bias in pairs:
+        if token >= n_vocab:
+            raise p.SettingsError(f"logit_bias: token {token} is not in this model's vocabulary (0..{n_vocab - 1})")
+    return pairs
 
 
 class VanillaDecoder:
@@ -321,10 +349,13 @@ class SpecEEDecoder(_NativeLoop):
 
     def _configure(self, s: p.Sampling) -> None:
         seed = s.seed if s.seed >= 0 else random.getrandbits(32)
-        self.lib.specee_ee_configure(self._ee, self.exits, self.force_layer, self.shadow_every, s.temperature, seed)
+        exits = self.exits and not exits_would_ignore(s)
+        self.lib.specee_ee_configure(self._ee, exits, self.force_layer, self.shadow_every, s.temperature, seed)
         # An exit never emits a token of a stop string (nor an end-of-generation token): the full
-        # lm_head confirms it, so a premature exit cannot end the answer early.
-        stop = sorted({t for st in s.stop for t in self.llm.tokenize(st.encode(), add_bos=False, special=True)})
+        # lm_head confirms it, so a premature exit cannot end the answer early. Nor a token biased
+        # down (logit_bias < 0): the sampler chain decides whether it may come.
+        stop = {t for st in s.stop for t in self.llm.tokenize(st.encode(), add_bos=False, special=True)}
+        stop = sorted(stop | {int(token) for token, bias in s.logit_bias.items() if bias < 0})
         self.lib.specee_ee_set_stop_tokens(self._ee, (ctypes.c_int32 * max(len(stop), 1))(*stop), len(stop))
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
@@ -398,6 +429,13 @@ class SpecEEDecoder(_NativeLoop):
             self.lib.specee_ee_free(self._ee)
             self._ee = None
         self._free_draft_model()
+
+
+def exits_would_ignore(s: p.Sampling) -> bool:
+    """Whether SpecEE's exits would skip part of this sampling: an exit emits the token its layer is
+    sure of without the sampler chain, so a bias up (which may make another token win) or a frequency
+    or presence penalty (the request asks for them explicitly) needs every step at full depth."""
+    return bool(s.frequency_penalty or s.presence_penalty or any(bias > 0 for bias in s.logit_bias.values()))
 
 
 def _f32(a: np.ndarray) -> Any:

@@ -1,8 +1,10 @@
-"""The Starlette app: /v1/chat/completions, /v1/completions, /v1/models, /health.
+"""The Starlette app: /v1/chat/completions, /v1/completions, /v1/models[/{id}], /health.
 
-Streaming answers are server-sent events (`data: {chunk}` ... `data: [DONE]`); Starlette's
-StreamingResponse watches for the client leaving and cancels the stream, whose cleanup then cancels
-the answer on the worker. A non-streaming request gets the same through `_while_connected`.
+Every request waits for its turn and the worker's first event before its response starts, so a
+refusal (a chat longer than the context, a full queue) has its own status, streamed or not; a client
+that leaves meanwhile is noticed (`_while_connected`). Streaming answers are then server-sent events
+(`data: {chunk}` ... `data: [DONE]`); Starlette's StreamingResponse watches for the client leaving
+and cancels the stream, whose cleanup then cancels the answer on the worker.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
 from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -23,8 +26,8 @@ from starlette.routing import Route
 from engine import protocol as p
 from engine.serve.bridge import EngineBridge, Generation
 from engine.serve.errors import ApiError
-from engine.serve.schema import MAX_BODY_BYTES, ParsedRequest, Shapes, parse_chat, parse_completion
-from engine.serve.security import Guard
+from engine.serve.schema import MAX_BODY_BYTES, TRUNCATED_HEADER, ParsedRequest, Shapes, parse_chat, parse_completion
+from engine.serve.security import Cors, Guard
 
 T = TypeVar("T")
 
@@ -42,7 +45,9 @@ async def read_json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
         body.append(chunk)
     try:
         return json.loads(b"".join(body))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply", code="invalid_json") from None
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer too long for Python to read
         raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
 
 
@@ -83,7 +88,17 @@ class Routes:
         return loaded.n_ctx if loaded else self.bridge.placement.n_ctx
 
     def _generate(self, req: ParsedRequest) -> p.Generate:
-        return p.Generate(messages=req.messages, sampling=req.sampling, continue_answer=req.continue_answer, prompt=req.prompt)
+        return p.Generate(
+            messages=req.messages,
+            sampling=req.sampling,
+            continue_answer=req.continue_answer,
+            prompt=req.prompt,
+            on_overflow=req.on_overflow,
+        )
+
+    def _model_entry(self) -> dict[str, Any]:
+        created = int(self.bridge.model_path.stat().st_mtime) if self.bridge.model_path.exists() else 0
+        return {"id": self.model_id, "object": "model", "created": created, "owned_by": "specee"}
 
     async def health(self, request: Request) -> Response:
         self.guard.check(request, need_key=False)
@@ -105,9 +120,16 @@ class Routes:
 
     async def models(self, request: Request) -> Response:
         self.guard.check(request)
-        created = int(self.bridge.model_path.stat().st_mtime) if self.bridge.model_path.exists() else 0
-        entry = {"id": self.model_id, "object": "model", "created": created, "owned_by": "specee"}
-        return JSONResponse({"object": "list", "data": [entry]})
+        return JSONResponse({"object": "list", "data": [self._model_entry()]})
+
+    async def model(self, request: Request) -> Response:
+        self.guard.check(request)
+        asked = request.path_params["model_id"]
+        if asked != self.model_id:
+            raise ApiError(
+                404, f"model {asked!r} is not served here; this server serves {self.model_id!r}", "model", "model_not_found"
+            )
+        return JSONResponse(self._model_entry())
 
     async def chat(self, request: Request) -> Response:
         return await self._answer(request, chat=True)
@@ -120,24 +142,39 @@ class Routes:
         body = await read_json(request)
         req = (parse_chat if chat else parse_completion)(body, self.model_id, self._n_ctx())
         self.bridge.check_accepting()
-        generate = self._generate(req)
+        # the turn and the worker's first event are awaited while the client is watched (one that
+        # leaves is dropped from the queue); a refusal then gets its own status, streamed or not
+        generation = await _while_connected(request, self._start(self._generate(req)))
+        if generation is None:
+            return Response(status_code=499)
+        headers = _notice_headers(generation)
         if req.stream:
-            # the response starts at once; waiting for the turn happens inside the stream, where
-            # a client that leaves is noticed
-            events = self._stream(generate, req, chat)
+            events = self._stream(generation, req, chat)
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-                # runs also after a disconnect; a stream cancelled while sending is closed here
-                # (its cleanup cancels the answer) rather than whenever it is garbage-collected
-                background=BackgroundTask(events.aclose),
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
+                # runs also after a disconnect; a stream cancelled while sending (or never started) is
+                # closed here, its answer cancelled, rather than whenever it is garbage-collected
+                background=BackgroundTask(_finish, events, generation),
             )
-        result = await _while_connected(request, self._collect(generate, chat))
-        return JSONResponse(result) if result is not None else Response(status_code=499)
+        result = await _while_connected(request, self._collect(generation, chat))
+        return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
 
-    async def _collect(self, generate: p.Generate, chat: bool) -> dict[str, Any]:
+    async def _start(self, generate: p.Generate) -> Generation:
         generation = await self.bridge.submit(generate)
+        try:
+            await generation.first()
+        except ApiError as exc:
+            if exc.code == "context_length_exceeded":  # which part is too long, as OpenAI says it
+                exc.param = "prompt" if generate.prompt else "messages"
+            raise
+        finally:
+            if generation.peeked is None:
+                generation.close()
+        return generation
+
+    async def _collect(self, generation: Generation, chat: bool) -> dict[str, Any]:
         try:
             async for msg in generation.events():
                 if isinstance(msg, p.Done):
@@ -146,10 +183,8 @@ class Routes:
             generation.close()
         raise ApiError(500, "the engine ended the answer without a result")
 
-    async def _stream(self, generate: p.Generate, req: ParsedRequest, chat: bool) -> AsyncIterator[bytes]:
-        generation: Generation | None = None
+    async def _stream(self, generation: Generation, req: ParsedRequest, chat: bool) -> AsyncGenerator[bytes, None]:
         try:
-            generation = await self.bridge.submit(generate)
             shapes = Shapes(generation.request_id, self.model_id, chat)
             if chat:
                 yield _sse(shapes.chunk(first=True))
@@ -165,8 +200,20 @@ class Routes:
             # the status line is long gone: OpenAI clients raise on an error event
             yield _sse(exc.body())
         finally:
-            if generation is not None:
-                generation.close()
+            generation.close()
+
+
+def _notice_headers(generation: Generation) -> dict[str, str]:
+    """The worker trims (truncation "auto") before the first token: its Notice is the first event."""
+    first = generation.peeked
+    if isinstance(first, p.Notice) and first.kind == "context_trimmed":
+        return {TRUNCATED_HEADER: first.message.encode("ascii", "replace").decode()}
+    return {}
+
+
+async def _finish(events: AsyncGenerator[bytes, None], generation: Generation) -> None:
+    await events.aclose()
+    generation.close()
 
 
 async def _api_error(_request: Request, exc: Exception) -> Response:
@@ -179,8 +226,15 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
     return ApiError(exc.status_code, exc.detail, code="not_found" if exc.status_code == 404 else None).response()
 
 
-def create_app(bridge: EngineBridge, model_id: str, api_key: str | None = None, local_only: bool = True) -> Starlette:
-    routes = Routes(bridge, model_id, Guard(api_key, local_only))
+def create_app(
+    bridge: EngineBridge,
+    model_id: str,
+    api_key: str | None = None,
+    local_only: bool = True,
+    allow_origins: Iterable[str] = (),
+) -> Starlette:
+    guard = Guard(api_key, local_only, allow_origins)
+    routes = Routes(bridge, model_id, guard)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -194,9 +248,11 @@ def create_app(bridge: EngineBridge, model_id: str, api_key: str | None = None, 
         routes=[
             Route("/health", routes.health, methods=["GET"]),
             Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", routes.model, methods=["GET"]),
             Route("/v1/chat/completions", routes.chat, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+        middleware=[Middleware(Cors, guard=guard)],
         lifespan=lifespan,
     )

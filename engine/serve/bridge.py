@@ -16,7 +16,7 @@ from pathlib import Path
 
 from engine import protocol as p
 from engine.client import WorkerClient, WorkerError
-from engine.serve.errors import ApiError
+from engine.serve.errors import ApiError, for_clients
 
 # load errors that a new try would only repeat (a bad file, a broken build, impossible settings)
 FATAL_LOAD_ERRORS = {"model_file", "load_failed", "native", "bad_settings"}
@@ -30,16 +30,35 @@ class Generation:
         self.request_id = request_id
         self._bridge, self._events = bridge, events
         self._finished = self._closed = False
+        self._first: p.Message | None = None
+
+    async def first(self) -> p.Message:
+        """The first event, kept for events(); an Error raises ApiError. The worker refuses a request
+        (a prompt too long, a bad setting) before any token: awaited before a response starts, such
+        a refusal gets its own status rather than an error inside a stream that began with 200."""
+        if self._first is None:
+            self._first = await self._next()
+        return self._first
+
+    @property
+    def peeked(self) -> p.Message | None:
+        """The event first() returned (None before it)."""
+        return self._first
+
+    async def _next(self) -> p.Message:
+        msg = await self._events.get()
+        if isinstance(msg, p.Error):
+            self._finished = True
+            raise ApiError.from_worker(msg.kind, msg.message)
+        self._finished = isinstance(msg, p.Done)
+        return msg
 
     async def events(self) -> AsyncIterator[p.Message]:
         """Token, Stats, Notice ... up to and including Done; an Error raises ApiError."""
+        if self._first is not None:
+            yield self._first
         while not self._finished:
-            msg = await self._events.get()
-            if isinstance(msg, p.Error):
-                self._finished = True
-                raise ApiError.from_worker(msg.kind, msg.message)
-            self._finished = isinstance(msg, p.Done)
-            yield msg
+            yield await self._next()
 
     def close(self) -> None:
         """Synchronous, so it also runs where the caller's task is being cancelled."""
@@ -115,7 +134,8 @@ class EngineBridge:
             self._client.send(p.Load(str(self.model_path), self.placement, self.requested_mode))
             loaded = await self._wait_control(p.Loaded, 900)
         except (WorkerError, TimeoutError) as exc:
-            self.state, self.error = "error", str(exc) or "the engine did not answer in time"
+            why = for_clients(exc.kind, str(exc)) if isinstance(exc, WorkerError) else str(exc)
+            self.state, self.error = "error", why or "the engine did not answer in time"
             self._fatal = isinstance(exc, WorkerError) and exc.kind in FATAL_LOAD_ERRORS
             self.log(f"loading failed: {exc}")
             return
@@ -242,5 +262,5 @@ class EngineBridge:
         # restart now, so the next request finds a loaded model (and /health says loading meanwhile)
         if self.state == "ok":
             self.restarts += 1
-            self.state, self.error = "loading", msg.message
+            self.state, self.error = "loading", for_clients(msg.kind, msg.message)
             self._load_task = asyncio.get_running_loop().create_task(self._load())

@@ -3,6 +3,9 @@
 Sampling: fields a request leaves out keep the engine's defaults (temperature 0.7, top_k 40, min_p
 0.05, repeat_penalty 1.1: what the app's Balanced preset uses); temperature 0 is greedy, as in the
 OpenAI API. top_k, min_p and repeat_penalty are accepted as extensions (as llama.cpp's server does).
+
+Anything malformed is a 400 here, never a failure further on: every text that goes to the engine is
+checked to be encodable (a lone UTF-16 surrogate is valid JSON but not UTF-8).
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
 # parameters we cannot honour: refused rather than silently ignored
 UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "echo", "suffix")
+# OpenAI parameters that mean nothing for one local model: accepted and ignored (README, Serve).
+# Other fields a request carries are ignored as well, as OpenAI-compatible servers commonly do.
+IGNORED = ("store", "service_tier", "metadata", "user", "parallel_tool_calls", "prediction")
+# `truncation`, as OpenAI's Responses API names it: "disabled" (the default) refuses a conversation
+# longer than the context with context_length_exceeded; "auto" lets the engine leave old turns out
+TRUNCATION = {"disabled": p.Overflow.REFUSE, "auto": p.Overflow.TRIM}
+TRUNCATED_HEADER = "x-specee-truncated"  # a request with truncation "auto" was trimmed: what was left out
 
 
 @dataclass
@@ -33,6 +43,7 @@ class ParsedRequest:
     messages: list[dict[str, str]] = field(default_factory=list)
     prompt: str = ""  # /v1/completions: the raw prompt
     continue_answer: bool = False  # chat ending with an assistant message: continue that answer
+    on_overflow: p.Overflow = p.Overflow.REFUSE
 
 
 def _number(body: dict[str, Any], name: str, integer: bool = False) -> float | int | None:
@@ -40,10 +51,49 @@ def _number(body: dict[str, Any], name: str, integer: bool = False) -> float | i
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
-        raise ApiError(400, f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}", param=name)
-    if not math.isfinite(value):
-        raise ApiError(400, f"{name} must be finite, got {value!r}", param=name)
+        raise ApiError(400, f"{name} must be {'an integer' if integer else 'a number'}, got {_shown(value)}", param=name)
+    if not integer and not _finite(value):
+        raise ApiError(400, f"{name} must be finite, got {_shown(value)}", param=name)
     return value
+
+
+def _finite(value: float | int) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: short, whatever the client sent."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _text(value: str, param: str) -> str:
+    """A text that can go to the engine: UTF-8 encodable (no lone surrogates, e.g. "\\ud800")."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(400, f"{param} is not valid Unicode text ({exc.reason} at character {exc.start})", param=param) from None
+    return value
+
+
+def _logit_bias(body: dict[str, Any]) -> dict[str, float]:
+    """OpenAI's logit_bias: {"token id": bias -100..100}; the worker checks the ids against the vocabulary."""
+    value = body.get("logit_bias")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ApiError(400, "logit_bias must be an object mapping token ids to biases", param="logit_bias")
+    out = {}
+    for token, bias in value.items():
+        if not (token.isascii() and token.isdigit() and len(token) <= 9):
+            raise ApiError(400, f"logit_bias keys must be token ids (integers), got {_shown(token)}", param="logit_bias")
+        if isinstance(bias, bool) or not isinstance(bias, int | float) or not _finite(bias) or not -100 <= bias <= 100:
+            raise ApiError(400, f"logit_bias values must be numbers from -100 to 100, got {_shown(bias)}", param="logit_bias")
+        out[str(int(token))] = float(bias)
+    return out
 
 
 def sampling_from(body: dict[str, Any], n_ctx: int) -> p.Sampling:
@@ -52,7 +102,7 @@ def sampling_from(body: dict[str, Any], n_ctx: int) -> p.Sampling:
     s.seed = -1
     if temperature is not None:
         s.temperature = float(temperature)
-    for name in ("top_p", "min_p", "repeat_penalty"):
+    for name in ("top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
         value = _number(body, name)
         if value is not None:
             setattr(s, name, float(value))
@@ -73,7 +123,8 @@ def sampling_from(body: dict[str, Any], n_ctx: int) -> p.Sampling:
     if stop is not None:
         if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
             raise ApiError(400, "stop must be a string or a list of strings", param="stop")
-        s.stop = [x for x in stop if x]
+        s.stop = [_text(x, "stop") for x in stop if x]
+    s.logit_bias = _logit_bias(body)
     try:
         s.validate()
     except p.SettingsError as exc:
@@ -95,7 +146,8 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
         raise ApiError(400, "only response_format {'type': 'text'} is supported", param="response_format")
     # one model is served: a request that names none gets it (as llama-server and vLLM do); one that
     # names another is told which model this is rather than answered by a model it did not ask for
-    model = body.get("model") or served_model
+    model = body.get("model")
+    model = served_model if model is None or model == "" else model
     if not isinstance(model, str):
         raise ApiError(400, f"model must be a string (this server serves {served_model!r})", param="model")
     if model != served_model:
@@ -108,17 +160,23 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", param="stream_options")
-    return ParsedRequest(model, sampling_from(body, n_ctx), stream, bool(options.get("include_usage")))
+    truncation = body.get("truncation", "disabled")
+    if not isinstance(truncation, str) or truncation not in TRUNCATION:
+        raise ApiError(400, "truncation must be 'disabled' (the default) or 'auto'", param="truncation")
+    req = ParsedRequest(model, sampling_from(body, n_ctx), stream, bool(options.get("include_usage")))
+    req.on_overflow = TRUNCATION[truncation]
+    return req
 
 
 def _content(message: dict[str, Any], i: int) -> str:
     content = message.get("content")
+    param = f"messages[{i}].content"
     if isinstance(content, str):
-        return content
+        return _text(content, param)
     # content parts: text only (this engine reads no images or audio)
     if isinstance(content, list) and all(isinstance(part, dict) for part in content):
         if all(part.get("type") == "text" and isinstance(part.get("text"), str) for part in content):
-            return "".join(part["text"] for part in content)
+            return _text("".join(part["text"] for part in content), param)
         raise ApiError(400, f"messages[{i}]: only text content parts are supported", param=f"messages[{i}].content")
     raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", param=f"messages[{i}].content")
 
@@ -131,7 +189,7 @@ def parse_chat(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     if len(raw) > MAX_MESSAGES:
         raise ApiError(400, f"at most {MAX_MESSAGES} messages per request, got {len(raw)}", param="messages")
     for i, m in enumerate(raw):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in ROLES:
             raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}", param=f"messages[{i}].role")
         req.messages.append({"role": ROLES[m["role"]], "content": _content(m, i)})
     turns = [m["role"] for m in req.messages if m["role"] != "system"]
@@ -151,6 +209,9 @@ def parse_completion(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
         raise ApiError(400, "prompt must be one string (token lists and batches are not supported)", param="prompt")
     if not prompt:
         raise ApiError(400, "prompt must not be empty", param="prompt")
+    if req.on_overflow == p.Overflow.TRIM:  # a raw prompt's important part is the client's to say
+        raise ApiError(400, "truncation 'auto' is for chat completions; a prompt is never cut", param="truncation")
+    _text(prompt, "prompt")
     best_of = _number(body, "best_of", integer=True)
     if best_of not in (None, 1):
         raise ApiError(400, "only best_of=1 is supported", param="best_of", code="unsupported_parameter")

@@ -41,6 +41,7 @@ def serve(
     max_queue: int = 32,
     verbose: bool = False,
     exit_with_stdin: bool = False,
+    allow_origins: tuple[str, ...] = (),
 ) -> int:
     """exit_with_stdin: stop when standard input closes, i.e. when the process that started us is
     gone, even by kill -9 (engine/serve/launcher.py): a launched server never outlives its launcher."""
@@ -49,10 +50,12 @@ def serve(
         log(problem)
         return 2
     bridge = EngineBridge(model_path, mode, placement, max_queue=max_queue, log=log)
-    app = create_app(bridge, model_id, api_key, local_only=is_local(host))
+    app = create_app(bridge, model_id, api_key, local_only=is_local(host), allow_origins=allow_origins)
     url = base_url(host, port)
     log(f"OpenAI-compatible API on {url}/v1 (model id {model_id!r}){'; API key required' if api_key else ''}")
     log(f"try: {example_curl(url, model_id, bool(api_key))}")
+    if allow_origins:
+        log(f"browser clients of these origins may use it too: {', '.join(allow_origins)}")
     config = uvicorn.Config(
         app,
         host=host,

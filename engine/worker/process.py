@@ -100,7 +100,7 @@ def main() -> int:
     threading.Thread(target=read_commands, name="commands", daemon=True).start()
 
     # Import after the thread environment is set: this loads llama.cpp.
-    from engine.llm.chat_prompt import ChatFormatError
+    from engine.llm.chat_prompt import ChatFormatError, ContextOverflow
     from engine.models.gguf_file import ModelFileError
     from engine.native import build_info
     from engine.placement.machine import backend_report
@@ -186,6 +186,8 @@ def main() -> int:
                 session.generate(msg, channel.emit, cancel, t0)
             except p.SettingsError as exc:
                 channel.emit(p.Error(rid, p.ErrorKind.BAD_SETTINGS, str(exc)))
+            except ContextOverflow as exc:
+                channel.emit(p.Error(rid, p.ErrorKind.CONTEXT_LENGTH_EXCEEDED, str(exc)))
             except ChatFormatError as exc:
                 channel.emit(p.Error(rid, p.ErrorKind.BAD_REQUEST, str(exc)))
             except Exception as exc:

@@ -419,9 +419,7 @@ class EngineSession:
     def count_tokens(self, req: p.CountTokens) -> p.TokenCount:
         """The message box's count: the prompt a Generate of req.messages + req.text would build."""
         n_ctx = self.llm.n_ctx()
-        system = [m for m in req.messages if m.get("role") == "system"][:1]
-        turns = [m for m in req.messages if m.get("role") != "system"]
-        n_text, n_prompt = self.prompt.count(system + turns, req.text)
+        n_text, n_prompt = self.prompt.count(req.messages, req.text)
         return p.TokenCount(req.request_id, n_text, n_prompt, p.prompt_budget(n_ctx, req.max_tokens), n_ctx)
 
     def _switch_cache(self, tokens: list[int]) -> None:
@@ -442,7 +440,8 @@ class EngineSession:
         if req.prompt:
             fitted = self.prompt.fit_text(req.prompt, budget)
         else:
-            fitted = self.prompt.fit(req.messages, budget, continue_answer=req.continue_answer)
+            trim = req.on_overflow == p.Overflow.TRIM
+            fitted = self.prompt.fit(req.messages, budget, continue_answer=req.continue_answer, trim=trim)
         if fitted.dropped_messages or fitted.truncated_last or fitted.answer_cut:
             what = []
             if fitted.dropped_messages:
