@@ -419,6 +419,7 @@ def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: Ma
 def test_settings_show_the_saved_conversations_and_clear_them(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
     from engine import kept_caches
 
+    kept_caches.clear()  # what earlier tests' workers kept
     folder = kept_caches.kv_states_root() / "a-model"
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("a.kv", "b.kv"):
