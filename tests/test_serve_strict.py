@@ -16,7 +16,6 @@ import openai
 import pytest
 
 from engine.cli import main as cli_main
-from engine.llm.chat_prompt import ChatPrompt, ContextOverflow
 from engine.serve import schema
 from engine.serve.errors import for_clients
 from engine.serve.launcher import ServerProcess
@@ -128,10 +127,13 @@ SKIPPING_TEMPLATE = (
 
 
 def _rendered(template: str, messages: list[dict]) -> str:
+    from engine.llm.chat_prompt import ChatPrompt  # imports llama_cpp: not in the quick subset's venv
+
     prompt = ChatPrompt(template, "", "", lambda text: list(text))  # one token per character
     return "".join(prompt.fit(messages, 10_000).tokens)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # engine.llm imports llama_cpp (not in the quick subset's venv)
 def test_system_messages_keep_their_place_or_merge_into_the_first() -> None:
     chat_ = [
         {"role": "system", "content": "Be terse."},
@@ -150,7 +152,10 @@ def test_system_messages_keep_their_place_or_merge_into_the_first() -> None:
     assert _rendered(STRICT_TEMPLATE, chat_[:2]) == "<turn>user\nBe terse.\n\nHi.</turn>\n<turn>assistant"
 
 
+@pytest.mark.slow  # engine.llm imports llama_cpp (not in the quick subset's venv)
 def test_the_app_still_trims_and_the_server_path_refuses() -> None:
+    from engine.llm.chat_prompt import ChatPrompt, ContextOverflow
+
     prompt = ChatPrompt(SMOL_TEMPLATE, "", "", lambda text: text.split())  # one token per word
     turns = [{"role": "system", "content": "Be terse."}]
     for i in range(6):
