@@ -202,15 +202,15 @@ def test_a_load_outside_the_limits_is_refused_with_a_reason(change: dict, words:
 
 
 def test_a_load_or_ready_of_another_protocol_version_is_refused_before_anything_else() -> None:
-    assert p.PROTOCOL_VERSION == 4 and p.Load().protocol_version == 4
+    assert p.PROTOCOL_VERSION == 5 and p.Load().protocol_version == 5
     old_load = json.loads(p.encode(p.Load("/m.gguf", mode="vanilla")))
     del old_load["protocol_version"]  # version 1 sent none
     old_load["mode"] = "whatever-v1-had"
     with pytest.raises(p.VersionMismatch) as err:
         p.decode(json.dumps(old_load))
-    assert "the app speaks protocol version 1" in str(err.value) and "speaks 4" in str(err.value)
-    with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 3"):
-        p.decode(p.encode(p.Ready(pid=1, protocol_version=3)))  # the version before Load.keep_kv
+    assert "the app speaks protocol version 1" in str(err.value) and "speaks 5" in str(err.value)
+    with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 4"):
+        p.decode(p.encode(p.Ready(pid=1, protocol_version=4)))  # the version before Generate.grammar and logprobs
 
 
 OLD_WORKER = 'import sys; print(\'{"type": "ready", "pid": 1, "protocol_version": 1}\', flush=True); sys.stdin.read()'
