@@ -87,6 +87,15 @@ def test_parse_at_a_temperature_and_the_mode_header(served: ServerProcess) -> No
     assert "x-specee-mode" not in plain.headers
 
 
+def test_the_mode_answers_as_before_after_a_vanilla_request_and_the_log_says_so(served: ServerProcess) -> None:
+    plain = {"model": MODEL_ID, "messages": ask("Write a haiku about rain."), "temperature": 0, "max_tokens": 40}
+    before = client(served).chat.completions.create(**plain).choices[0].message.content  # type: ignore[call-overload]
+    client(served).chat.completions.parse(model=MODEL_ID, messages=ask("A colour."), response_format=Colour, max_tokens=200)
+    # the vanilla decoder prefilled the shared context from scratch; ngram mode then prefills again
+    assert client(served).chat.completions.create(**plain).choices[0].message.content == before  # type: ignore[call-overload]
+    assert "json_schema Colour: answered by the vanilla decoder (mode ngram)" in served.last_lines(20)
+
+
 def test_json_object_streamed_and_not(served: ServerProcess) -> None:
     kw = {"model": MODEL_ID, "messages": ask("List three fruits."), "response_format": {"type": "json_object"}}
     reply = client(served).chat.completions.create(temperature=0, max_tokens=300, **kw)  # type: ignore[call-overload]

@@ -187,7 +187,7 @@ def _chat_logprobs(body: dict[str, Any], req: ParsedRequest) -> None:
     if top is not None:
         if not 0 <= top <= p.TOP_LOGPROBS_MAX:
             raise ApiError(400, f"top_logprobs must be 0..{p.TOP_LOGPROBS_MAX}, got {top}", param="top_logprobs")
-        if not logprobs:
+        if top and not logprobs:
             raise ApiError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
     req.logprobs, req.top_logprobs = bool(logprobs), int(top or 0)
 
