@@ -23,8 +23,9 @@ from typing import Any, ClassVar
 
 # 2: enums checked on decode, Load carries the version and Loaded.acceleration (1: unversioned Load);
 # 3: CountTokens; 4: Generate.on_overflow (an older worker would trim what the server must refuse),
-# Sampling's penalties and logit_bias, ErrorKind.CONTEXT_LENGTH_EXCEEDED, Load.keep_kv and kv_disk_budget;
-# 5: Generate.grammar, Generate.logprobs and top_logprobs, Token.logprobs (an older worker would ignore them)
+# Sampling's penalties and logit_bias, ErrorKind.CONTEXT_LENGTH_EXCEEDED, Load.keep_kv, kv_disk_budget and
+# measure_reference; 5: Generate.grammar, Generate.logprobs and top_logprobs, Token.logprobs (an older worker
+# would ignore them)
 PROTOCOL_VERSION = 5
 TOP_LOGPROBS_MAX = 20  # Generate.top_logprobs: the most alternatives reported per token (OpenAI's limit)
 # conversations' saved KV caches on disk (engine.kept_caches): the default budget and the most accepted
@@ -311,6 +312,9 @@ class Load(Message):
     # per prompt, as the peer's)
     keep_kv: bool = True
     kv_disk_budget: int = KV_DISK_BUDGET_DEFAULT
+    # an explicit mode measures vanilla's speed here while idle, once, for the meter's ratio; the bench
+    # turns it off: its workers run side by side, and one's measurement slowed another's timed answers
+    measure_reference: bool = True
     protocol_version: int = PROTOCOL_VERSION  # the worker refuses a Load of another version
 
     def validate(self) -> None:
@@ -331,7 +335,7 @@ class Load(Message):
             _is_int(self.kv_disk_budget) and 0 <= self.kv_disk_budget <= KV_DISK_BUDGET_MAX,
             f"kv_disk_budget must be 0 (memory only) to {KV_DISK_BUDGET_MAX} bytes, got {self.kv_disk_budget!r}",
         )
-        for name in ("exit_fill", "exits", "keep_kv"):
+        for name in ("exit_fill", "exits", "keep_kv", "measure_reference"):
             _check(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
         _check(
             isinstance(self.drafter, str) and (not self.drafter or DRAFTER_RE.fullmatch(self.drafter) is not None),

@@ -40,7 +40,8 @@ def test_window_streams_the_answer_from_the_worker(qtbot, window: MainWindow, mo
     assert window.stop_button.isEnabled() and not window.send_button.isEnabled()
     qtbot.waitUntil(lambda: not window.request_id, timeout=60_000)
     assert window.answer == expected and "Paris" in expected
-    assert len(seen_partial) > 3, "text must appear piece by piece"
+    # the first token at once, then pieces of up to 30 ms (engine.worker.session.TOKEN_EMIT_S)
+    assert len(seen_partial) >= 2 and seen_partial[0] != seen_partial[-1], "text must appear piece by piece"
     transcript = window.transcript()
     assert question in transcript and window.answer.strip() in transcript
     assert "tok/s" in window.speed_label.text()
@@ -419,6 +420,7 @@ def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: Ma
 def test_settings_show_the_saved_conversations_and_clear_them(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
     from engine import kept_caches
 
+    kept_caches.clear()  # what earlier tests' workers kept
     folder = kept_caches.kv_states_root() / "a-model"
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("a.kv", "b.kv"):

@@ -97,6 +97,26 @@ def test_a_prompt_gets_the_same_logits_whatever_its_chunks(q4_k_model: Path, rep
         llm.close()
 
 
+def test_with_flash_attention_verify_rows_and_prompt_chunks_match_one_token_decodes(model_path: Path) -> None:
+    """The worker's CPU target runs flash attention (engine.llm.load.flash_attention). ggml's CPU
+    kernel split a lone row's pass over 512+ KV cells into partial sums and took 64-row tiles for
+    prompts, each rounding otherwise than a batch's rows (ngram/eagle answers left vanilla's: 10/16
+    identical); patch 0018 keeps one pass per row. Checked past 512 cells and across 64 rows."""
+    llm = Llama(model_path=str(model_path), n_ctx=1024, n_batch=1024, n_threads=2, flash_attn=True, verbose=False)
+    try:
+        prefix = [100 + i % 900 for i in range(600)]
+        _decode(llm, prefix, 0, keep=True)
+        drafts = list(range(300, 300 + MAX_VERIFY_ROWS))
+        one = _decode(llm, drafts[:1], len(prefix), keep=False)[0]
+        for n in (2, 4, 9, MAX_VERIFY_ROWS):
+            assert np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one), f"{n} rows"
+        C.llama_memory_clear(C.llama_get_memory(llm._ctx.ctx), True)
+        differ = _rows_that_depend_on_the_chunking(llm, 150, 70)
+        assert differ == [], f"rows {differ[:10]} depend on the chunking"
+    finally:
+        llm.close()
+
+
 def test_the_worker_repacks_only_where_the_kernels_are_batch_invariant(q4_k_model: Path, model_path: Path) -> None:
     from engine.models.gguf_file import inspect_gguf
     from engine.placement.weights_layout import repack_is_exact

@@ -16,7 +16,6 @@ import openai
 import pytest
 
 from engine.cli import main as cli_main
-from engine.llm.chat_prompt import ChatPrompt, ContextOverflow
 from engine.serve import schema
 from engine.serve.errors import for_clients
 from engine.serve.launcher import ServerProcess
@@ -128,10 +127,13 @@ SKIPPING_TEMPLATE = (
 
 
 def _rendered(template: str, messages: list[dict]) -> str:
+    from engine.llm.chat_prompt import ChatPrompt  # imports llama_cpp: not in the quick subset's venv
+
     prompt = ChatPrompt(template, "", "", lambda text: list(text))  # one token per character
     return "".join(prompt.fit(messages, 10_000).tokens)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # engine.llm imports llama_cpp (not in the quick subset's venv)
 def test_system_messages_keep_their_place_or_merge_into_the_first() -> None:
     chat_ = [
         {"role": "system", "content": "Be terse."},
@@ -150,7 +152,10 @@ def test_system_messages_keep_their_place_or_merge_into_the_first() -> None:
     assert _rendered(STRICT_TEMPLATE, chat_[:2]) == "<turn>user\nBe terse.\n\nHi.</turn>\n<turn>assistant"
 
 
+@pytest.mark.slow  # engine.llm imports llama_cpp (not in the quick subset's venv)
 def test_the_app_still_trims_and_the_server_path_refuses() -> None:
+    from engine.llm.chat_prompt import ChatPrompt, ContextOverflow
+
     prompt = ChatPrompt(SMOL_TEMPLATE, "", "", lambda text: text.split())  # one token per word
     turns = [{"role": "system", "content": "Be terse."}]
     for i in range(6):
@@ -205,7 +210,7 @@ def test_a_completion_prompt_too_long_says_context_length_exceeded(served: Serve
 
 # -- 3. presence/frequency penalties and logit_bias ------------------------------------------------
 
-REPEATS = [{"role": "user", "content": "Write the letter a ten times."}]  # greedy: one sentence, again and again
+REPEATS = [{"role": "user", "content": "Write the word yes ten times."}]  # greedy: "yes" on line after line
 
 
 def test_logit_bias_forces_or_bans_a_token(served: ServerProcess, vocab) -> None:  # type: ignore[no-untyped-def]
@@ -222,10 +227,10 @@ def test_logit_bias_forces_or_bans_a_token(served: ServerProcess, vocab) -> None
 
 def test_penalties_change_a_repetitive_greedy_answer(served: ServerProcess) -> None:
     plain = chat(served, REPEATS, max_tokens=30).choices[0].message.content
-    assert plain.count("ten times") >= 3, plain
+    assert plain.count("\nyes") >= 3, plain
     for name in ("frequency_penalty", "presence_penalty"):
         penalised = chat(served, REPEATS, max_tokens=30, **{name: 2.0}).choices[0].message.content
-        assert penalised.count("ten times") < plain.count("ten times"), (name, penalised)
+        assert penalised.count("\nyes") < plain.count("\nyes"), (name, penalised)
 
 
 @pytest.mark.parametrize(
@@ -434,7 +439,7 @@ def test_specee_exits_never_skip_a_bias_or_a_penalty(model_path: Path) -> None:
         assert client.load(model_path, p.Placement(n_ctx=1024), mode="specee").mode == "specee"
         plain, accel = answer(client)
         assert accel["exit_rate"] > 0
-        banned = set(plain.tokens[1:16])  # the first comes from the prefill, through the sampler anyway
+        banned = set(plain.tokens[1:6])  # the first comes from the prefill, through the sampler anyway
         done, accel = answer(client, logit_bias={str(t): -100.0 for t in banned})
         assert not banned & set(done.tokens) and accel["exit_rate"] > 0, done.text
         for sampling in ({"frequency_penalty": 1.0}, {"presence_penalty": 0.5}, {"logit_bias": {str(plain.tokens[3]): 5.0}}):

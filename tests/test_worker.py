@@ -81,11 +81,13 @@ def test_cancel_stops_within_a_token(model_path: Path) -> None:
     session = EngineSession(p.Load(model_path=str(model_path), placement=p.Placement(n_ctx=1024)))
     cancelled = threading.Event()
     events: list[p.Message] = []
+    at = []
 
     def emit(ev: p.Message) -> None:
         events.append(ev)
-        if isinstance(ev, p.Token) and ev.index == 4:
-            cancelled.set()  # as the worker's command reader does, while the fifth token is out
+        if isinstance(ev, p.Token) and ev.index >= 4 and not cancelled.is_set():
+            at.append(ev.index)  # tokens go out in pieces: the first piece with the fifth token
+            cancelled.set()  # as the worker's command reader does, while that piece is out
 
     try:
         session.generate(p.Generate("r", QUESTION, p.Sampling.greedy(400)), emit, cancelled, time.perf_counter())
@@ -93,7 +95,7 @@ def test_cancel_stops_within_a_token(model_path: Path) -> None:
         session.close()
     done = events[-1]
     assert isinstance(done, p.Done) and done.finish_reason == "cancelled"
-    assert done.n_generated == 5, "the worker must stop at the next token boundary"
+    assert done.n_generated == at[0] + 1, "the worker must stop at the next token boundary"
 
 
 def test_a_cancelled_answer_ends_and_the_worker_stays_usable(worker: WorkerClient) -> None:
@@ -102,9 +104,9 @@ def test_a_cancelled_answer_ends_and_the_worker_stays_usable(worker: WorkerClien
     while True:
         ev = worker.next_event(60)
         if isinstance(ev, p.Token):
-            seen = ev.index + 1
-            if seen == 5:
+            if seen < 5 <= ev.index + 1:  # the piece that brings the fifth token (pieces of ~30 ms)
                 worker.cancel(rid)
+            seen = ev.index + 1
         if isinstance(ev, p.Done):
             break
     assert ev.finish_reason == "cancelled"

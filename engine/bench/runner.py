@@ -199,6 +199,7 @@ def run_bench(
                 model_path, placement, mode=worker_mode, n_draft=n_draft, exit_check_every=int(specee_opt == "check"),
                 exit_fill=specee_opt != "nofill", exits=specee_opt != "noexit", drafter=drafter,
                 keep_kv=False,  # every prompt prefills from scratch, as the peer's does (no former run's caches)
+                measure_reference=False,  # no worker measures in the background while another is timed
             )  # fmt: skip
             clients[mode], reports[mode] = client, ModeReport(mode, ready.native, loaded=loaded)
             if mode.startswith(("eagle", "specee")):

@@ -39,11 +39,13 @@ def measure(
     from llama_cpp import Llama
     from llama_cpp import llama_cpp as C
 
-    from engine.llm.load import batch_invariant_weights
+    from engine.llm.load import batch_invariant_weights, flash_attention
     from engine.native import set_multicol
 
     with batch_invariant_weights(repack):
-        llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False)
+        # attention as the worker's target on the CPU
+        llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                    flash_attn=flash_attention(0), verbose=False)  # fmt: skip
     try:
         ctx = llm._ctx.ctx
         mem = C.llama_get_memory(ctx)

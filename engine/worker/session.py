@@ -21,7 +21,7 @@ from engine.kept_caches import kv_states_root
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
-from engine.llm.load import batch_invariant_weights, capture_head_layers
+from engine.llm.load import batch_invariant_weights, capture_head_layers, flash_attention
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
@@ -36,6 +36,10 @@ from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by
 
 Emit = Callable[[p.Message], None]
 STATS_INTERVAL_S = 0.25
+# Tokens go out in pieces of at most this long (the first at once): an event per token cost the
+# worker ~0.2 ms of a 8 ms step, and its reader (the window, the server) woke per token beside the
+# two decode threads on a 2-core laptop. 30 ms is under a frame or two of the window's redraw.
+TOKEN_EMIT_S = 0.03
 RECENT_S = 1.0  # Stats.recent_tok_s: the decode speed over about this long
 SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
 DECISIONS_VERSION = "v2"  # auto's cache key: v2 entries were measured on a quiet machine, per context length
@@ -80,6 +84,7 @@ class EngineSession:
                     n_threads=self.n_threads,
                     n_threads_batch=self.n_threads,
                     n_gpu_layers=placement.n_gpu_layers,
+                    flash_attn=flash_attention(placement.n_gpu_layers),
                     verbose=False,
                 )
         except (ValueError, RuntimeError, OSError) as exc:
@@ -157,7 +162,7 @@ class EngineSession:
             self.measured = dict(like.get("speeds", {}))
             self.reference = auto.VanillaReference(like.get("vanilla_reference"))
             decoder = makers[load.mode]()
-            if not self.measured.get("vanilla"):
+            if not self.measured.get("vanilla") and load.measure_reference:
                 # the meter says how the chosen mode compares with vanilla: measure vanilla here while
                 # idle (once per model, weights, build and machine), never switching the chosen mode
                 self._calibrate({}, self._auto_key(model_path, []), keep_mode=True)
@@ -498,6 +503,7 @@ class EngineSession:
         hold = max((len(st) for st in stops), default=1) - 1
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text, pending, out_tokens = "", "", []
+        unsent, last_sent = "", 0.0  # text decoded but not yet sent, and when a Token last went out
         finish = p.FinishReason.CONTEXT_FULL  # when the token stream ends on its own
         t_first = t_last = 0.0
         last_stats = 0.0
@@ -566,13 +572,18 @@ class EngineSession:
             emit_now, pending, hit = _split_stop(pending, stops, hold)
             if emit_now:
                 text += emit_now
-                emit(p.Token(req.request_id, emit_now, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
-                logprobs = []
+                unsent += emit_now
+                if not last_sent or now - last_sent >= TOKEN_EMIT_S:  # the first piece at once
+                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
+                    unsent, last_sent, logprobs = "", now, []
             if hit:
                 finish = p.FinishReason.STOP
                 break
             if now - last_stats >= STATS_INTERVAL_S:
                 last_stats = now
+                if unsent:  # the meter never counts text not yet shown
+                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
+                    unsent, last_sent, logprobs = "", now, []
                 emit(stats())
             if cancelled.is_set():
                 finish = p.FinishReason.CANCELLED
@@ -582,9 +593,9 @@ class EngineSession:
                 break
         gen.close()
         pending += utf8.decode(b"", final=True)  # after a stop-string hit, pending is already empty
-        if pending or logprobs:
-            text += pending
-            emit(p.Token(req.request_id, pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000, logprobs))
+        text += pending
+        if unsent or pending or logprobs:
+            emit(p.Token(req.request_id, unsent + pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000, logprobs))
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
         if vanilla is not None:
