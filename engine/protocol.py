@@ -23,8 +23,11 @@ from typing import Any, ClassVar
 
 # 2: enums checked on decode, Load carries the version and Loaded.acceleration (1: unversioned Load);
 # 3: CountTokens; 4: Generate.on_overflow (an older worker would trim what the server must refuse),
-# Sampling's penalties and logit_bias, ErrorKind.CONTEXT_LENGTH_EXCEEDED, Load.keep_kv, kv_disk_budget and measure_reference
-PROTOCOL_VERSION = 4
+# Sampling's penalties and logit_bias, ErrorKind.CONTEXT_LENGTH_EXCEEDED, Load.keep_kv, kv_disk_budget and
+# measure_reference; 5: Generate.grammar, Generate.logprobs and top_logprobs, Token.logprobs (an older worker
+# would ignore them)
+PROTOCOL_VERSION = 5
+TOP_LOGPROBS_MAX = 20  # Generate.top_logprobs: the most alternatives reported per token (OpenAI's limit)
 # conversations' saved KV caches on disk (engine.kept_caches): the default budget and the most accepted
 KV_DISK_BUDGET_DEFAULT = 4 * 1024**3
 KV_DISK_BUDGET_MAX = 1024**4
@@ -361,6 +364,29 @@ class Generate(Message):
     # a conversation longer than the context: trimmed with a context_trimmed Notice (the app), or
     # refused (the HTTP server, unless its client asks for truncation). A raw prompt is always refused.
     on_overflow: Overflow = Overflow.TRIM
+    # a GBNF grammar (root rule "root") the answer must match, enforced in llama.cpp's sampler chain;
+    # the end-of-generation token comes only once the grammar is complete. "" = none. The accelerated
+    # modes verify drafts without it: a request with a grammar runs in the vanilla decoder.
+    grammar: str = ""
+    # Token.logprobs for every generated token: its log-probability under the model's own distribution
+    # (the full-vocabulary logits it was sampled from, before penalties and temperature) and the
+    # top_logprobs (0..TOP_LOGPROBS_MAX) most likely tokens. Also runs in the vanilla decoder.
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    def validate(self) -> None:
+        """SettingsError for a request field outside what the engine accepts (Sampling has its own)."""
+        _check(isinstance(self.grammar, str), f"grammar must be a GBNF text, got {type(self.grammar).__name__}")
+        _check(isinstance(self.logprobs, bool), f"logprobs must be true or false, got {self.logprobs!r}")
+        _check(
+            _is_int(self.top_logprobs) and 0 <= self.top_logprobs <= TOP_LOGPROBS_MAX,
+            f"top_logprobs must be 0..{TOP_LOGPROBS_MAX}, got {self.top_logprobs!r}",
+        )
+
+    @property
+    def needs_vanilla(self) -> bool:
+        """Whether this request runs in the vanilla decoder whatever the loaded mode (see grammar, logprobs)."""
+        return bool(self.grammar) or self.logprobs
 
 
 @dataclass
@@ -458,12 +484,31 @@ class Notice(Message):
 
 
 @dataclass
+class TopLogprob:
+    """One token and its log-probability (natural log) under the model's distribution at that step."""
+
+    token: int = 0
+    piece: list[int] = field(default_factory=list)  # the token's bytes (a piece may be part of a UTF-8 character)
+    logprob: float = 0.0
+
+
+@dataclass
+class TokenLogprob(TopLogprob):
+    """A generated token's log-probability and the most likely tokens at its step (Generate.logprobs)."""
+
+    top: list[TopLogprob] = field(default_factory=list)  # Generate.top_logprobs of them, most likely first
+
+
+@dataclass
 class Token(Message):
     TYPE: ClassVar[str] = "token"
     request_id: str = ""
     text: str = ""
     index: int = 0  # generated-token index of the last token in this piece
     t_ms: float = 0.0  # since the generate command arrived
+    # Generate.logprobs: the generated tokens since the previous Token, in order (text held back for a
+    # possible stop string waits with its tokens); a last Token may carry tokens and no text
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
         p.Ready(pid=7, native={"build_key": "abc"}),
         p.Loaded(model_path="/m", name="x", n_layer=30),
         p.Token("r1", "piece", 3, 12.5),
+        p.Generate("r2", prompt="x", grammar='root ::= "a"', logprobs=True, top_logprobs=3),
+        p.Token("r2", "é", 1, 3.0, [p.TokenLogprob(7, [195, 169], -0.25, [p.TopLogprob(7, [195, 169], -0.25)])]),
         p.Stats("r1", decode_tok_s=100.0),
         p.Done("r1", "stop", "text", 5, 3, [1, 2, 3]),
         p.Error("r1", "model_file", "bad"),
@@ -35,6 +37,18 @@ def test_every_message_round_trips(msg: p.Message) -> None:
     line = p.encode(msg)
     assert "\n" not in line
     assert p.decode(line) == msg
+
+
+def test_generate_checks_its_grammar_and_logprobs_fields() -> None:
+    p.Generate(logprobs=True, top_logprobs=p.TOP_LOGPROBS_MAX).validate()
+    assert not p.Generate().needs_vanilla and p.Generate(grammar="root ::= x").needs_vanilla
+    assert p.Generate(logprobs=True).needs_vanilla
+    for bad in ({"top_logprobs": 21}, {"top_logprobs": -1}, {"logprobs": 1}, {"grammar": 3}):
+        with pytest.raises(p.SettingsError):
+            p.Generate(**bad).validate()  # type: ignore[arg-type]
+    # nested logprobs come back as dataclasses
+    token = p.decode(p.encode(p.Token("r", "a", 0, 0.0, [p.TokenLogprob(1, [97], -1.0, [p.TopLogprob(1, [97], -1.0)])])))
+    assert isinstance(token, p.Token) and isinstance(token.logprobs[0].top[0], p.TopLogprob)
 
 
 def test_unknown_fields_are_ignored_and_bad_lines_rejected() -> None:
@@ -202,15 +216,15 @@ def test_a_load_outside_the_limits_is_refused_with_a_reason(change: dict, words:
 
 
 def test_a_load_or_ready_of_another_protocol_version_is_refused_before_anything_else() -> None:
-    assert p.PROTOCOL_VERSION == 4 and p.Load().protocol_version == 4
+    assert p.PROTOCOL_VERSION == 5 and p.Load().protocol_version == 5
     old_load = json.loads(p.encode(p.Load("/m.gguf", mode="vanilla")))
     del old_load["protocol_version"]  # version 1 sent none
     old_load["mode"] = "whatever-v1-had"
     with pytest.raises(p.VersionMismatch) as err:
         p.decode(json.dumps(old_load))
-    assert "the app speaks protocol version 1" in str(err.value) and "speaks 4" in str(err.value)
-    with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 3"):
-        p.decode(p.encode(p.Ready(pid=1, protocol_version=3)))  # the version before Load.keep_kv
+    assert "the app speaks protocol version 1" in str(err.value) and "speaks 5" in str(err.value)
+    with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 4"):
+        p.decode(p.encode(p.Ready(pid=1, protocol_version=4)))  # the version before Generate.grammar and logprobs
 
 
 OLD_WORKER = 'import sys; print(\'{"type": "ready", "pid": 1, "protocol_version": 1}\', flush=True); sys.stdin.read()'

@@ -58,3 +58,34 @@ def test_vanilla_loop_matches_llama_cpp_pythons_generate(which: str, model_path:
     finally:
         dec.close()
         llm.close()
+
+
+def test_a_grammar_constrains_the_answer_and_logprobs_are_the_models(model_path: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from engine.llm.decoders import VanillaDecoder
+
+    llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    prompt = llm.tokenize(b"<|im_start|>user\nIs the sky blue?<|im_end|>\n<|im_start|>assistant\n", add_bos=False, special=True)
+    dec = VanillaDecoder(llm)
+    try:
+        out = []
+        for tok in dec.stream(prompt, p.Sampling.greedy(), 'root ::= ("yes" | "no") "!"'):
+            if llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok):  # the grammar lets it come only once complete
+                break
+            out.append(tok)
+            logprob, top = dec.logprobs(tok, 5)
+            assert logprob <= 0 and [lp for _t, lp in top] == sorted((lp for _t, lp in top), reverse=True)
+            assert sum(math.exp(lp) for _t, lp in top) <= 1 + 1e-9
+            assert len(out) < 10
+        assert llm.detokenize(out) in (b"yes!", b"no!")
+        # unconstrained and greedy: the chosen token is the most likely
+        tok = next(dec.stream(prompt, p.Sampling.greedy()))
+        logprob, top = dec.logprobs(tok, 3)
+        assert top[0] == (tok, pytest.approx(logprob)) and logprob > top[1][1]
+        with pytest.raises(p.SettingsError, match="grammar"):
+            next(dec.stream(prompt, p.Sampling.greedy(), "root ::= undefined-rule"))
+    finally:
+        dec.close()
+        llm.close()

@@ -40,15 +40,22 @@ class Decoder(Protocol):
     def adopt(self, tokens: list[int]) -> None: ...
 
 
-def _sampler(llm: Llama, s: p.Sampling) -> LlamaSampler:
+def _sampler(llm: Llama, s: p.Sampling, grammar: str = "") -> LlamaSampler:
     """llama.cpp's sampler chain for `s`, as llama-cpp-python's Llama._init_sampler builds it (same
-    samplers, same order: answers stay token-identical to it), with a logit bias first when asked."""
+    samplers, same order: answers stay token-identical to it), with a logit bias first when asked, then
+    a grammar (GBNF, root rule "root"): it rules out every token that cannot continue it, the
+    end-of-generation tokens until it is complete, before any other sampler sees the candidates."""
     chain = LlamaSampler()
     n_vocab = llm.n_vocab()
     if s.logit_bias:
         biases = (llama_cpp.llama_logit_bias * len(s.logit_bias))(*_logit_biases(s.logit_bias, n_vocab))
         # llama.cpp copies the biases: the array need not outlive this call
         llama_cpp.llama_sampler_chain_add(chain.sampler, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
+    if grammar:
+        constrained = llama_cpp.llama_sampler_init_grammar(llm._model.vocab, grammar.encode(), b"root")
+        if not constrained:
+            raise p.SettingsError("grammar: llama.cpp could not parse the grammar (the worker's log says where)")
+        llama_cpp.llama_sampler_chain_add(chain.sampler, constrained)  # the chain owns it from here
     chain.add_penalties(
         n_vocab=n_vocab, penalty_last_n=llm.last_n_tokens_size, penalty_repeat=s.repeat_penalty,
         penalty_freq=s.frequency_penalty, penalty_present=s.presence_penalty,
@@ -113,10 +120,10 @@ class VanillaDecoder:
         if llama_cpp.llama_decode(self._ctx, b) != 0:
             raise RuntimeError("llama.cpp could not decode the prompt")
 
-    def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
+    def stream(self, tokens: list[int], s: p.Sampling, grammar: str = "") -> Iterator[int]:
         if not tokens or len(tokens) >= self._n_ctx:
             raise ValueError("the prompt is empty or does not fit in the context")
-        smpl = _sampler(self.llm, s)
+        smpl = _sampler(self.llm, s, grammar)
         start = self.cached_prefix(tokens)
         self._kv = []  # unknown until the prefill succeeds
         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx), -1, start, -1)
@@ -156,6 +163,21 @@ class VanillaDecoder:
         row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self._n_vocab,))
         top2 = np.partition(row, -2)[-2:]
         return float(top2[1] - top2[0])
+
+    def logprobs(self, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
+        """The last token's log-probability under the model's distribution (log-softmax of the
+        full-vocabulary logits it was sampled from, before any sampler), and the n_top most likely
+        tokens with theirs, most likely first. Read only when asked: plain answers copy no logits."""
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self._n_vocab,))
+        row = row.astype(np.float64)
+        top = float(row.max())
+        log_z = top + math.log(float(np.exp(row - top).sum()))
+        best: list[tuple[int, float]] = []
+        if n_top > 0:
+            idx = np.argpartition(row, -n_top)[-n_top:]
+            idx = idx[np.argsort(-row[idx], kind="stable")]
+            best = [(int(i), float(row[i] - log_z)) for i in idx]
+        return float(row[token] - log_z), best
 
     def forget(self) -> None:
         self._kv = []

@@ -26,7 +26,15 @@ from starlette.routing import Route
 from engine import protocol as p
 from engine.serve.bridge import EngineBridge, Generation
 from engine.serve.errors import ApiError
-from engine.serve.schema import MAX_BODY_BYTES, TRUNCATED_HEADER, ParsedRequest, Shapes, parse_chat, parse_completion
+from engine.serve.schema import (
+    MAX_BODY_BYTES,
+    MODE_HEADER,
+    TRUNCATED_HEADER,
+    ParsedRequest,
+    Shapes,
+    parse_chat,
+    parse_completion,
+)
 from engine.serve.security import Cors, Guard
 
 T = TypeVar("T")
@@ -94,6 +102,9 @@ class Routes:
             continue_answer=req.continue_answer,
             prompt=req.prompt,
             on_overflow=req.on_overflow,
+            grammar=req.grammar,
+            logprobs=req.logprobs,
+            top_logprobs=req.top_logprobs,
         )
 
     def _model_entry(self) -> dict[str, Any]:
@@ -148,6 +159,14 @@ class Routes:
         if generation is None:
             return Response(status_code=499)
         headers = _notice_headers(generation)
+        if req.vanilla_because:
+            # the accelerated modes verify drafts without a grammar and keep no logits: the worker ran vanilla
+            headers[MODE_HEADER] = f"vanilla ({req.vanilla_because})"
+            if self.bridge.mode != "vanilla":
+                what = f"{req.grammar_for} grammar, logprobs" if req.logprobs and req.grammar else req.grammar_for or "logprobs"
+                self.bridge.log(
+                    f"request {generation.request_id}: {what}: answered by the vanilla decoder (mode {self.bridge.mode})"
+                )
         if req.stream:
             events = self._stream(generation, req, chat)
             return StreamingResponse(
@@ -158,7 +177,7 @@ class Routes:
                 # closed here, its answer cancelled, rather than whenever it is garbage-collected
                 background=BackgroundTask(_finish, events, generation),
             )
-        result = await _while_connected(request, self._collect(generation, chat))
+        result = await _while_connected(request, self._collect(generation, req, chat))
         return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
 
     async def _start(self, generate: p.Generate) -> Generation:
@@ -174,23 +193,26 @@ class Routes:
                 generation.close()
         return generation
 
-    async def _collect(self, generation: Generation, chat: bool) -> dict[str, Any]:
+    async def _collect(self, generation: Generation, req: ParsedRequest, chat: bool) -> dict[str, Any]:
+        logprobs: list[p.TokenLogprob] = []
         try:
             async for msg in generation.events():
-                if isinstance(msg, p.Done):
-                    return Shapes(generation.request_id, self.model_id, chat).complete(msg)
+                if isinstance(msg, p.Token):
+                    logprobs += msg.logprobs
+                elif isinstance(msg, p.Done):
+                    return Shapes(generation.request_id, self.model_id, chat, req.logprobs).complete(msg, logprobs)
         finally:
             generation.close()
         raise ApiError(500, "the engine ended the answer without a result")
 
     async def _stream(self, generation: Generation, req: ParsedRequest, chat: bool) -> AsyncGenerator[bytes, None]:
         try:
-            shapes = Shapes(generation.request_id, self.model_id, chat)
+            shapes = Shapes(generation.request_id, self.model_id, chat, req.logprobs)
             if chat:
                 yield _sse(shapes.chunk(first=True))
             async for msg in generation.events():
-                if isinstance(msg, p.Token) and msg.text:
-                    yield _sse(shapes.chunk(msg.text))
+                if isinstance(msg, p.Token) and (msg.text or msg.logprobs):
+                    yield _sse(shapes.chunk(msg.text, logprobs=msg.logprobs if req.logprobs else None))
                 elif isinstance(msg, p.Done):
                     yield _sse(shapes.chunk(finish=msg.finish_reason))
                     if req.include_usage:

@@ -10,6 +10,7 @@ checked to be encodable (a lone UTF-16 surrogate is valid JSON but not UTF-8).
 
 from __future__ import annotations
 
+import codecs
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 from engine import protocol as p
 from engine.serve.errors import ApiError
+from engine.serve.structured import grammar_for
 
 MAX_BODY_BYTES = 1 << 20
 MAX_MESSAGES = 1024
@@ -24,7 +26,9 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 # finish reasons OpenAI clients know; a full context ends the answer like a length limit
 FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
 # parameters we cannot honour: refused rather than silently ignored
-UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "echo", "suffix")
+UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "echo", "suffix")
+COMPLETION_LOGPROBS_MAX = 5  # /v1/completions' logprobs: the most alternatives per token, as OpenAI's legacy API
+MODE_HEADER = "x-specee-mode"  # a request with a grammar or logprobs says it ran in the vanilla decoder
 # OpenAI parameters that mean nothing for one local model: accepted and ignored (README, Serve).
 # Other fields a request carries are ignored as well, as OpenAI-compatible servers commonly do.
 IGNORED = ("store", "service_tier", "metadata", "user", "parallel_tool_calls", "prediction")
@@ -44,6 +48,15 @@ class ParsedRequest:
     prompt: str = ""  # /v1/completions: the raw prompt
     continue_answer: bool = False  # chat ending with an assistant message: continue that answer
     on_overflow: p.Overflow = p.Overflow.REFUSE
+    grammar: str = ""  # response_format's grammar (GBNF)
+    grammar_for: str = ""  # ... what it enforces ("json_object", "json_schema NAME"), for the log
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    @property
+    def vanilla_because(self) -> str:
+        """Why the vanilla decoder answers (Generate.needs_vanilla), for the mode header; "" = it need not."""
+        return ", ".join(why for why, on in (("grammar", self.grammar), ("logprobs", self.logprobs)) if on)
 
 
 def _number(body: dict[str, Any], name: str, integer: bool = False) -> float | int | None:
@@ -141,9 +154,6 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     n = _number(body, "n", integer=True)
     if n not in (None, 1):
         raise ApiError(400, "only n=1 is supported (one answer per request)", param="n", code="unsupported_parameter")
-    fmt = body.get("response_format")
-    if fmt not in (None, {"type": "text"}):
-        raise ApiError(400, "only response_format {'type': 'text'} is supported", param="response_format")
     # one model is served: a request that names none gets it (as llama-server and vLLM do); one that
     # names another is told which model this is rather than answered by a model it did not ask for
     model = body.get("model")
@@ -166,6 +176,32 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     req = ParsedRequest(model, sampling_from(body, n_ctx), stream, bool(options.get("include_usage")))
     req.on_overflow = TRUNCATION[truncation]
     return req
+
+
+def _chat_logprobs(body: dict[str, Any], req: ParsedRequest) -> None:
+    """Chat's logprobs (true/false) and top_logprobs (0..20, with logprobs true), as OpenAI takes them."""
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise ApiError(400, f"logprobs must be true or false, got {_shown(logprobs)}", param="logprobs")
+    top = _number(body, "top_logprobs", integer=True)
+    if top is not None:
+        if not 0 <= top <= p.TOP_LOGPROBS_MAX:
+            raise ApiError(400, f"top_logprobs must be 0..{p.TOP_LOGPROBS_MAX}, got {top}", param="top_logprobs")
+        if top and not logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
+    req.logprobs, req.top_logprobs = bool(logprobs), int(top or 0)
+
+
+def _completion_logprobs(body: dict[str, Any], req: ParsedRequest) -> None:
+    """/v1/completions' logprobs: the number of alternatives per token (0..5); null or absent = none."""
+    logprobs = body.get("logprobs")
+    if logprobs is None:
+        return
+    if isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= COMPLETION_LOGPROBS_MAX:
+        raise ApiError(
+            400, f"logprobs must be an integer 0..{COMPLETION_LOGPROBS_MAX} here, got {_shown(logprobs)}", param="logprobs"
+        )
+    req.logprobs, req.top_logprobs = True, logprobs
 
 
 def _content(message: dict[str, Any], i: int) -> str:
@@ -197,6 +233,13 @@ def parse_chat(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     req.continue_answer = turns[-2:] == ["user", "assistant"]
     if not turns or (turns[-1] != "user" and not req.continue_answer):
         raise ApiError(400, "the last message must be the user's (or the start of an answer after it)", param="messages")
+    _chat_logprobs(body, req)
+    req.grammar, req.grammar_for = grammar_for(body.get("response_format"))
+    if req.grammar and req.continue_answer:
+        raise ApiError(
+            400, "response_format applies to a whole answer; it cannot continue one (the last message is the assistant's)",
+            param="response_format",
+        )  # fmt: skip
     return req
 
 
@@ -215,6 +258,9 @@ def parse_completion(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     best_of = _number(body, "best_of", integer=True)
     if best_of not in (None, 1):
         raise ApiError(400, "only best_of=1 is supported", param="best_of", code="unsupported_parameter")
+    if body.get("response_format") is not None:  # OpenAI's legacy completions have none; llama.cpp's server does
+        req.grammar, req.grammar_for = grammar_for(body["response_format"])
+    _completion_logprobs(body, req)
     req.prompt = prompt
     return req
 
@@ -230,42 +276,82 @@ def usage(done: p.Done) -> dict[str, int]:
     }
 
 
+def _token_text(piece: list[int]) -> str:
+    """A token's text; a piece that is part of a UTF-8 character shows its bytes as \\xNN (`bytes` has them)."""
+    return bytes(piece).decode("utf-8", errors="backslashreplace")
+
+
 class Shapes:
     """The JSON objects of one response (ids and timestamps shared by all its chunks)."""
 
-    def __init__(self, request_id: str, model: str, chat: bool) -> None:
-        self.chat, self.model = chat, model
+    def __init__(self, request_id: str, model: str, chat: bool, logprobs: bool = False) -> None:
+        self.chat, self.model, self.logprobs = chat, model, logprobs
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
         self.created = int(time.time())
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._offset = 0  # completions' text_offset: characters of the answer before the next token
+
+    def _logprobs(self, entries: list[p.TokenLogprob]) -> dict[str, Any] | None:
+        """OpenAI's logprobs object for these tokens (None when the request asked for none)."""
+        if not self.logprobs:
+            return None
+        if self.chat:
+            content = [
+                {
+                    "token": _token_text(e.piece),
+                    "logprob": e.logprob,
+                    "bytes": e.piece,
+                    "top_logprobs": [{"token": _token_text(t.piece), "logprob": t.logprob, "bytes": t.piece} for t in e.top],
+                }
+                for e in entries
+            ]
+            return {"content": content, "refusal": None}
+        out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for e in entries:
+            out["tokens"].append(_token_text(e.piece))
+            out["token_logprobs"].append(e.logprob)
+            top = {_token_text(t.piece): t.logprob for t in e.top}
+            if e.top:  # the sampled token is always given, so there may be logprobs + 1 (as OpenAI says)
+                top.setdefault(_token_text(e.piece), e.logprob)
+            out["top_logprobs"].append(top)
+            out["text_offset"].append(self._offset)
+            self._offset += len(self._utf8.decode(bytes(e.piece)))
+        return out
 
     def _envelope(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
 
-    def complete(self, done: p.Done) -> dict[str, Any]:
+    def complete(self, done: p.Done, logprobs: list[p.TokenLogprob] | None = None) -> dict[str, Any]:
         reason = FINISH.get(done.finish_reason, "stop")
+        lp = self._logprobs(logprobs or [])
         if self.chat:
             choice = {
                 "index": 0,
                 "message": {"role": "assistant", "content": done.text},
                 "finish_reason": reason,
-                "logprobs": None,
+                "logprobs": lp,
             }
             out = self._envelope("chat.completion", choice)
         else:
-            out = self._envelope("text_completion", {"index": 0, "text": done.text, "finish_reason": reason, "logprobs": None})
+            out = self._envelope("text_completion", {"index": 0, "text": done.text, "finish_reason": reason, "logprobs": lp})
         out["usage"] = usage(done)
         return out
 
-    def chunk(self, text: str | None = None, finish: str | None = None, first: bool = False) -> dict[str, Any]:
+    def chunk(
+        self,
+        text: str | None = None,
+        finish: str | None = None,
+        first: bool = False,
+        logprobs: list[p.TokenLogprob] | None = None,
+    ) -> dict[str, Any]:
         reason = FINISH.get(finish, "stop") if finish else None
+        lp = self._logprobs(logprobs) if logprobs is not None else None
         if self.chat:
             delta: dict[str, str] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
                 delta["content"] = text
-            return self._envelope(
-                "chat.completion.chunk", {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
-            )
-        return self._envelope("text_completion", {"index": 0, "text": text or "", "finish_reason": reason, "logprobs": None})
+            return self._envelope("chat.completion.chunk", {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": lp})
+        return self._envelope("text_completion", {"index": 0, "text": text or "", "finish_reason": reason, "logprobs": lp})
 
     def usage_chunk(self, done: p.Done) -> dict[str, Any]:
         """stream_options.include_usage: a last chunk with no choices and the token counts."""

@@ -121,6 +121,7 @@ class EngineSession:
         self._auto_makers: dict | None = None  # auto's candidate modes and the key of its decision
         self._decision_key = ""
         self._answers = auto.AnswerCheck()  # do the answers bear auto's decision out?
+        self._vanilla: VanillaDecoder | None = None  # requests with a grammar or logprobs in another mode
         makers, why_not, acceleration = self._available_modes(load, Path(load.model_path))
         self.mode, self.decoder = self._make_decoder(load, makers, why_not)
         self.loaded = p.Loaded(
@@ -396,6 +397,8 @@ class EngineSession:
             self._kv_states.save(self.decoder.kv_tokens())  # model switch, quit: kept on disk
             self._kv_states.spill()
         self.decoder.close()
+        if self._vanilla is not None:
+            self._vanilla.close()
         self.llm.close()
 
     def _piece(self, token: int) -> bytes:
@@ -438,8 +441,27 @@ class EngineSession:
         if key is not None and n >= live + MIN_GAIN_TOKENS:
             self.decoder.adopt(self._kv_states.restore(key) or [])
 
+    def _vanilla_for(self, req: p.Generate) -> VanillaDecoder | None:
+        """The vanilla decoder a request with a grammar or logprobs runs in, whatever the mode: the
+        accelerated modes verify drafts without a grammar and keep no logits per token. In another
+        mode it is a decoder of its own on the same context, whose cache it prefills from scratch
+        (the mode's cache may hold early exits' approximations); the mode prefills again after it."""
+        if not req.needs_vanilla:
+            return None
+        if isinstance(self.decoder, VanillaDecoder):
+            return self.decoder
+        if self._vanilla is None:
+            self._vanilla = VanillaDecoder(self.llm)
+        self._vanilla.adopt([])
+        self.decoder.forget()
+        return self._vanilla
+
     def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
+        req.validate()
         s = req.sampling
+        vanilla = self._vanilla_for(req)
+        decoder: Decoder = vanilla if vanilla is not None else self.decoder
+        mode = p.Mode.VANILLA if vanilla is not None else self.mode
         n_ctx = self.llm.n_ctx()
         budget = p.prompt_budget(n_ctx, s.max_tokens)
         if req.prompt:
@@ -471,15 +493,15 @@ class EngineSession:
             # short chunk to prefill) rounded otherwise than a whole prefill, and an answer depended
             # on what was cached (lavapipe, 3 first layers: 7/13 answers). GPUs prefill fast: every
             # request prefills from the start, in the same chunks.
-            self.decoder.forget()
-        elif self.decoder.restorable and self._keep_kv:
+            decoder.forget()
+        elif decoder is self.decoder and self.decoder.restorable and self._keep_kv:
             self._switch_cache(tokens)
-        cached = self.decoder.cached_prefix(tokens)
+        cached = decoder.cached_prefix(tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))
 
         stops = [st for st in s.stop if st]
         hold = max((len(st) for st in stops), default=1) - 1
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text, pending, out_tokens = "", "", []
         unsent, last_sent = "", 0.0  # text decoded but not yet sent, and when a Token last went out
         finish = p.FinishReason.CONTEXT_FULL  # when the token stream ends on its own
@@ -506,10 +528,10 @@ class EngineSession:
             decode = decode_speed()
             prefill_n = len(tokens) - cached
             (t_old, n_old), (t_new, n_new) = (recent[0], recent[-1]) if recent else ((0.0, 0), (0.0, 0))
-            comparable = len(threads_used) == 1 and n_gen > SHOW_RATIO_AFTER and self.mode != p.Mode.VANILLA
+            comparable = len(threads_used) == 1 and n_gen > SHOW_RATIO_AFTER and mode != p.Mode.VANILLA
             return p.Stats(
                 request_id=req.request_id,
-                mode=self.mode,
+                mode=mode,
                 n_prompt=len(tokens),
                 n_prompt_cached=cached,
                 n_generated=n_gen,
@@ -518,13 +540,14 @@ class EngineSession:
                 decode_tok_s=decode,
                 recent_tok_s=(n_new - n_old) / (t_new - t_old) if t_new > t_old else decode,
                 vs_vanilla=self.reference.ratio(decode, self._threads_now, band) if comparable else 0.0,
-                n_ctx_used=self.decoder.kv_used(),
+                n_ctx_used=decoder.kv_used(),
                 n_threads=self._threads_now,
-                accel=self.decoder.accel_stats(),
+                accel=decoder.accel_stats(),
             )
 
         margins: list[float] = []
-        gen = self.decoder.stream(tokens, s)
+        logprobs: list[p.TokenLogprob] = []  # Generate.logprobs: the tokens not sent yet
+        gen = vanilla.stream(tokens, s, req.grammar) if vanilla is not None else decoder.stream(tokens, s)
         for tok in gen:
             if governor is not None:
                 threads_used.add(governor.tick())
@@ -533,7 +556,7 @@ class EngineSession:
                 t_first = now
             t_last = now
             if req.report_margins:
-                margins.append(self.decoder.last_margin())
+                margins.append(decoder.last_margin())
             if llama_cpp.llama_vocab_is_eog(self._vocab, tok):
                 finish = p.FinishReason.STOP
                 break
@@ -541,22 +564,26 @@ class EngineSession:
             recent.append((now, len(out_tokens)))
             while len(recent) > 2 and recent[1][0] <= now - RECENT_S:
                 recent.popleft()
-            pending += decoder.decode(self._piece(tok))
+            piece = self._piece(tok)
+            if req.logprobs:
+                assert vanilla is not None
+                logprobs.append(self._token_logprob(vanilla, tok, piece, req.top_logprobs))
+            pending += utf8.decode(piece)
             emit_now, pending, hit = _split_stop(pending, stops, hold)
             if emit_now:
                 text += emit_now
                 unsent += emit_now
                 if not last_sent or now - last_sent >= TOKEN_EMIT_S:  # the first piece at once
-                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000))
-                    unsent, last_sent = "", now
+                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
+                    unsent, last_sent, logprobs = "", now, []
             if hit:
                 finish = p.FinishReason.STOP
                 break
             if now - last_stats >= STATS_INTERVAL_S:
                 last_stats = now
                 if unsent:  # the meter never counts text not yet shown
-                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000))
-                    unsent, last_sent = "", now
+                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
+                    unsent, last_sent, logprobs = "", now, []
                 emit(stats())
             if cancelled.is_set():
                 finish = p.FinishReason.CANCELLED
@@ -565,15 +592,22 @@ class EngineSession:
                 finish = p.FinishReason.LENGTH
                 break
         gen.close()
-        pending += decoder.decode(b"", final=True)  # after a stop-string hit, pending is already empty
+        pending += utf8.decode(b"", final=True)  # after a stop-string hit, pending is already empty
         text += pending
-        if unsent + pending:
-            emit(p.Token(req.request_id, unsent + pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000))
+        if unsent or pending or logprobs:
+            emit(p.Token(req.request_id, unsent + pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000, logprobs))
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
+        if vanilla is not None:
+            return  # a grammar or logprobs' work makes this answer's speed no measure of the mode's
         quiet = cores_used_by_others(machine_before, self._sample()) <= TOLERATED_CORES
         if decided := self._after_answer(decode_speed(), threads_used, band, len(out_tokens) - 1, quiet):
             emit(decided)
+
+    def _token_logprob(self, vanilla: VanillaDecoder, tok: int, piece: bytes, n_top: int) -> p.TokenLogprob:
+        logprob, top = vanilla.logprobs(tok, n_top)
+        alternatives = [p.TopLogprob(t, list(self._piece(t)), lp) for t, lp in top]
+        return p.TokenLogprob(tok, list(piece), logprob, alternatives)
 
 
 def display_name(model_path: Path) -> str:
