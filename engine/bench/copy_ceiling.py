@@ -1,0 +1,133 @@
+"""The most any prompt-lookup drafter could give on this machine, from one bench run's answers.
+
+`python -m engine.bench.copy_ceiling bench.json` replays each vanilla answer of a `specee bench
+--json` report (greedy answers are what every lossless mode emits too) with perfect foresight: at
+every step it looks up the longest earlier match of the context's last two or more tokens, as the
+copy drafter does, drafts exactly as many of the following tokens as the answer goes on to confirm,
+and drafts nothing where a verify of those rows would cost more than it emits. The cost of a decode
+of n rows is this machine's, measured now (`specee bench --cost-curve`). A real drafter cannot know
+which drafts will be confirmed, so it stays below this ceiling: the distance between the two is
+what better guessing could still win; the ceiling itself is what copying can win at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+MIN_MATCH = 2  # the copy drafter's index is of token pairs
+MAX_MATCH = 32
+MAX_DRAFT = 16
+MAX_CANDIDATES = 64  # the most recent occurrences examined, as the copy drafter does
+
+
+def longest_match(ctx: list[int], index: dict[tuple[int, int], list[int]]) -> int:
+    """The end position of the longest earlier occurrence of ctx's last tokens (the latest on ties),
+    or -1: the copy drafter's lookup."""
+    n = len(ctx)
+    best_len, best_pos = 0, -1
+    hits = index.get((ctx[-2], ctx[-1]), [])
+    for i in reversed(hits[-MAX_CANDIDATES:]):
+        if i + 1 >= n:
+            continue  # the context's own last pair: nothing follows it yet
+        length = MIN_MATCH
+        while length < MAX_MATCH and i - length >= 0 and ctx[i - length] == ctx[n - 1 - length]:
+            length += 1
+        if length > best_len:
+            best_len, best_pos = length, i
+    return best_pos
+
+
+def ceiling(prompt: list[int], answer: list[int], cost: dict[int, float]) -> float:
+    """Answer tokens per unit of one-row decode cost under perfect-foresight copying (1.0: no gain)."""
+    ctx = list(prompt)
+    index: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i in range(1, len(ctx)):
+        index[(ctx[i - 1], ctx[i])].append(i)
+
+    def push(tok: int) -> None:
+        ctx.append(tok)
+        index[(ctx[-2], ctx[-1])].append(len(ctx) - 1)
+
+    t, spent = 1, 0.0  # answer[0] comes with the prompt's prefill, like every mode's first token
+    while t < len(answer):
+        push(answer[t - 1])  # the token this step's batch starts with
+        pos = longest_match(ctx, index) if len(ctx) >= MIN_MATCH else -1
+        k = 0
+        if pos >= 0:
+            ahead = ctx[pos + 1 : pos + 1 + MAX_DRAFT]
+            while k < len(ahead) and t + k < len(answer) and ahead[k] == answer[t + k]:
+                k += 1
+            if k and cost[k + 1] >= k + 1:
+                k = 0  # confirmed, yet dearer than decoding them one by one
+        spent += cost[k + 1]
+        for j in range(k):
+            push(answer[t + j])
+        t += k + 1
+    return (len(answer) - 1) / spent if spent else 1.0
+
+
+def relative_costs(ms: dict[int, float]) -> dict[int, float]:
+    """Decode cost of 1..MAX_DRAFT+1 rows relative to one row, interpolated between measured sizes."""
+    sizes = sorted(ms)
+    out = {}
+    for n in range(1, MAX_DRAFT + 2):
+        lo = max((s for s in sizes if s <= n), default=sizes[0])
+        hi = min((s for s in sizes if s >= n), default=sizes[-1])
+        v = ms[lo] if hi == lo else ms[lo] + (ms[hi] - ms[lo]) * (n - lo) / (hi - lo)
+        if n > sizes[-1]:
+            v = ms[sizes[-1]] * n / sizes[-1]
+        out[n] = v / ms[1]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("report", type=Path, help="a `specee bench --json` report with a vanilla mode")
+    ap.add_argument("--model", help="GGUF path or model id (default: the report's model)")
+    ap.add_argument("--prompts", help="the prompt file of that run (default: the dev prompts)")
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args()
+
+    from engine.llm.chat_prompt import ChatPrompt
+    from engine.llm.decode_cost import SIZES, measure
+    from engine.llm.load import vocab_only
+    from engine.models.gguf_file import inspect_gguf
+    from engine.models.registry import ModelRegistry
+    from engine.prompts import DEV_PROMPTS, load_prompts
+
+    rep = json.loads(args.report.read_text(encoding="utf-8"))
+    spec = args.model or rep["model"]
+    record = ModelRegistry().get(spec)
+    model = Path(record.path) if record is not None else Path(spec).expanduser()
+    threads = args.threads or rep.get("threads") or 2
+    curve = next(c for c in measure(model, False, threads, ["multi-column"], SIZES))
+    cost = relative_costs(curve.ms)
+    llm = vocab_only(model)
+    chat = ChatPrompt.for_model(llm, inspect_gguf(model).chat_template)
+    prompts = {q.id: q for q in load_prompts(args.prompts or DEV_PROMPTS)}
+    by_cat: dict[str, list[float]] = defaultdict(list)
+    for s in rep["samples"]["vanilla"]:
+        q = prompts[s["prompt_id"]]
+        tokens = chat.fit([{"role": "user", "content": q.text}], 1 << 30).tokens
+        by_cat[q.category or "-"].append(ceiling(tokens, s["tokens"], cost))
+    got: dict[str, list[float]] = defaultdict(list)
+    if "ngram" in rep["samples"]:
+        speed = {s["prompt_id"]: s["decode_tok_s"] for s in rep["samples"]["vanilla"]}
+        for s in rep["samples"]["ngram"]:
+            if speed.get(s["prompt_id"]):
+                got[prompts[s["prompt_id"]].category or "-"].append(s["decode_tok_s"] / speed[s["prompt_id"]])
+    print("cost of n rows / one row here: " + ", ".join(f"{n}: {cost[n]:.2f}" for n in (2, 3, 4, 8, 16)))
+    print(f"{'category':<16} {'prompts':>7} {'ceiling':>8} {'ngram':>7}   (medians of per-prompt ratios to vanilla)")
+    everything = [v for vs in by_cat.values() for v in vs]
+    for cat, vs in [*sorted(by_cat.items()), ("all", everything)]:
+        mine = got.get(cat) or ([v for g in got.values() for v in g] if cat == "all" else [])
+        seen = f"{statistics.median(mine):7.3f}" if mine else f"{'-':>7}"
+        print(f"{cat:<16} {len(vs):7d} {statistics.median(vs):8.3f} {seen}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""engine.bench.copy_ceiling: the perfect-foresight bound on prompt-lookup drafting."""
+
+from engine.bench.copy_ceiling import ceiling, relative_costs
+
+FREE = dict.fromkeys(range(1, 18), 1.0)  # extra rows cost nothing
+DEAR = {n: float(n) for n in range(1, 18)}  # n rows cost n one-row decodes
+
+
+def test_an_answer_that_copies_the_prompt_is_drafted_whole_when_rows_are_free() -> None:
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    answer = [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    # answer[0] comes from the prefill; answer[1] is decoded (one row: the pair (.., 2) has no match
+    # yet), then everything after it is one verify of the copied run
+    assert ceiling(prompt, answer, FREE) == (len(answer) - 1) / 2
+
+
+def test_no_match_or_dear_rows_is_plain_decoding() -> None:
+    assert ceiling([1, 2, 3], [7, 8, 9, 10], FREE) == 1.0
+    assert ceiling(list(range(1, 13)), list(range(2, 12)), DEAR) == 1.0
+
+
+def test_a_wrong_continuation_is_not_drafted() -> None:
+    prompt = [5, 6, 1, 5, 6, 2]  # (5, 6) last followed by 2, then by what the answer does not say
+    assert ceiling(prompt, [5, 6, 9, 9], FREE) == 1.0
+
+
+def test_relative_costs_interpolate_between_measured_sizes() -> None:
+    cost = relative_costs({1: 10.0, 2: 15.0, 4: 20.0, 8: 30.0, 16: 60.0})
+    assert cost[1] == 1.0 and cost[2] == 1.5 and cost[3] == 1.75 and cost[16] == 6.0
+    assert cost[17] == 6.0 * 17 / 16
