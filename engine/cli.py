@@ -602,6 +602,24 @@ def cmd_train_eagle(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_prompts(args: argparse.Namespace) -> int:
+    make_prompts = _trainer("engine.train.magpie", "make_prompts")
+    if make_prompts is None:
+        return 2
+    model = resolve_model(args.model)
+    work = Path(args.work) if args.work else None
+    if work is None:
+        from engine.models.acceleration import model_sha256
+        from engine.paths import cache_dir
+
+        work = cache_dir() / "train" / model_sha256(model)[:16]
+    result = make_prompts(
+        model, Path(args.out), args.n, work, Path(args.mix) if args.mix else None, args.mix_first, args.seed, args.threads
+    )
+    print(json.dumps(result, indent=1))
+    return 0
+
+
 def cmd_train_exits(args: argparse.Namespace) -> int:
     train_exits = _trainer("engine.train.exits", "train_exits")
     if train_exits is None:
@@ -745,6 +763,17 @@ def build_parser() -> argparse.ArgumentParser:
     eagle.add_argument("--work", help="folder for data shards and checkpoints (resumable)")
     eagle.add_argument("--time-budget", type=float, default=0.0, help="stop training after this many seconds")
     eagle.set_defaults(func=cmd_train_eagle)
+    prompts = train_sub.add_parser("prompts", help="training prompts the model writes itself (Magpie), resumable")
+    prompts.add_argument("--model", help="target GGUF (default: the default model)")
+    prompts.add_argument("--out", required=True, help="prompt file (JSONL) to write")
+    prompts.add_argument("--n", type=int, default=4000, help="questions of the model's own to keep")
+    prompts.add_argument("--mix", help="a prompt file whose prompts come first in the output")
+    prompts.add_argument("--mix-first", type=int, default=0,
+                         help="only the first N of --mix in the trainers' shuffled order (0 = all)")  # fmt: skip
+    prompts.add_argument("--seed", type=int, default=0)
+    prompts.add_argument("--threads", type=int, default=0)
+    prompts.add_argument("--work", help="folder for the question shards (default: the model's training folder)")
+    prompts.set_defaults(func=cmd_train_prompts)
     exits = train_sub.add_parser("exits", help="SpecEE exit predictors: data from the engine, training, calibration, export")
     exits.add_argument("--model", help="target GGUF (default: the default model)")
     exits.add_argument("--head", help="EAGLE head GGUF (default: the one installed for the model)")

@@ -188,6 +188,14 @@ class ChatPrompt:
         n_text = len(self._tokenize_plain(text)) if text else 0
         return n_text, len(self._tokenize(self.render([*messages, {"role": "user", "content": text}])))
 
+    def user_turn_prefix(self) -> list[int]:
+        """The tokens a conversation starts with up to where the user's first message would begin
+        (system turn included where the template adds one): from there the model writes a question
+        of its own (Magpie, arXiv 2406.08464)."""
+        mark = "\x00QUESTION\x00"
+        text = self.render([{"role": "user", "content": mark}])
+        return self._tokenize(text[: text.index(mark)])
+
     def fit_text(self, text: str, budget: int) -> FittedPrompt:
         """A raw prompt (text completion): tokenized as is, no template. Nothing of it is cut: which
         part matters is the caller's to say, so one that does not fit is refused."""

@@ -22,6 +22,17 @@ from engine.llm.chat_prompt import ChatPrompt
 from engine.models.gguf_file import inspect_gguf
 
 
+def _sample(logits: np.ndarray, rng: np.random.Generator, temperature: float, top_p: float) -> int:
+    """One token from softmax(logits / temperature) within its top_p nucleus."""
+    top = np.argpartition(-logits, 256)[:256]  # the nucleus of a 0.95 top-p lies well inside
+    z = logits[top].astype(np.float64) / max(temperature, 1e-6)
+    order = np.argsort(-z)
+    prob = np.exp(z[order] - z[order[0]])
+    prob /= prob.sum()
+    keep = int(np.searchsorted(np.cumsum(prob), top_p)) + 1
+    return int(top[order[rng.choice(keep, p=prob[:keep] / prob[:keep].sum())]])
+
+
 def default_feature_layers(n_layer: int) -> list[int]:
     """Low, middle and high layer inputs, as llama.cpp's EAGLE-3 converter chooses by default."""
     return [2, n_layer // 2, n_layer - 3]
@@ -124,6 +135,37 @@ class Teacher:
             for k, i in enumerate(active):
                 next_tok[i] = int(np.argmax(logits[k]))
         return list(zip(prompts, answers, strict=True))
+
+    def instructions(
+        self, n: int, max_len: int, rng: np.random.Generator, temperature: float = 1.0, top_p: float = 0.95, n_seq: int = 16
+    ) -> list[str]:
+        """Questions the model writes itself: from the chat template's user-turn prefix, sampled
+        until the turn ends (Magpie). A question still going at max_len tokens is dropped."""
+        prefix = self.prompt.user_turn_prefix()
+        vocab = self.llm._model.vocab
+        out: list[str] = []
+        for start in range(0, n, n_seq):
+            k = min(n_seq, n - start)
+            ctx = self._generation_context(n_seq)
+            C.llama_memory_clear(C.llama_get_memory(ctx), True)
+            rows = [(t, pos, i, pos == len(prefix) - 1) for i in range(k) for pos, t in enumerate(prefix)]
+            logits = self._decode_rows(ctx, rows)
+            texts: list[list[int]] = [[] for _ in range(k)]
+            active = list(range(k))
+            while active:
+                still, rows = [], []
+                for row, i in zip(logits, active, strict=True):
+                    tok = _sample(row, rng, temperature, top_p)
+                    if C.llama_vocab_is_eog(vocab, tok):
+                        out.append(self.llm.detokenize(texts[i]).decode("utf-8", errors="replace"))
+                    elif len(texts[i]) + 1 < max_len:
+                        texts[i].append(tok)
+                        still.append(i)
+                        rows.append((tok, len(prefix) + len(texts[i]) - 1, i, True))
+                active = still
+                if rows:
+                    logits = self._decode_rows(ctx, rows)
+        return out
 
     def _decode_rows(self, ctx: ctypes.c_void_p, rows: list[tuple[int, int, int, bool]]) -> np.ndarray:
         """One decode call of (token, position, sequence, wants logits) rows; the logits of the rows
