@@ -140,7 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         name = _key(item)[2]
         _unmatched.difference_update(_key(item))
-        reason = "hf-models" if item.get_closest_marker("slow") else exclusions.reason_for(*_key(item))
+        reason = exclusions.reason_for(*_key(item), slow=item.get_closest_marker("slow") is not None)
         _results[name] = {"nodeid": item.nodeid, "exclusion": reason, "outcome": "not run", "message": ""}
         if reason is None:
             continue
