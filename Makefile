@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-fast lint bench upstream reference-models peer clean
+.PHONY: setup run test test-fast lint bench upstream reference-models peer peer-suite clean
 
 setup: $(VENV)/.deps-stamp
 	$(BIN)/python native/build.py
@@ -35,6 +35,11 @@ test: setup lint peer $(VENV)/.train-stamp
 # The quick subset (no model, no worker, no native build): seconds, for the edit-test loop.
 test-fast: $(VENV)/.deps-stamp
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not slow"
+
+# llama.cpp's own server tests against `specee serve` (part of `make test`; alone here, with their summary):
+# tests/test_peer_server_suite.py, the adapter and exclusion list in tests/peer_server/.
+peer-suite: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -s tests/test_peer_server_suite.py
 
 # ruff, then the import contracts of pyproject.toml ([tool.importlinter]: layers, forbidden imports).
 lint: $(VENV)/.deps-stamp
