@@ -26,6 +26,7 @@ from starlette.routing import Route
 from engine import protocol as p
 from engine.serve.bridge import EngineBridge, Generation
 from engine.serve.errors import ApiError
+from engine.serve.responses import ResponseShapes, parse_responses
 from engine.serve.schema import (
     MAX_BODY_BYTES,
     MODE_HEADER,
@@ -158,15 +159,7 @@ class Routes:
         generation = await _while_connected(request, self._start(self._generate(req)))
         if generation is None:
             return Response(status_code=499)
-        headers = _notice_headers(generation)
-        if req.vanilla_because:
-            # the accelerated modes verify drafts without a grammar and keep no logits: the worker ran vanilla
-            headers[MODE_HEADER] = f"vanilla ({req.vanilla_because})"
-            if self.bridge.mode != "vanilla":
-                what = f"{req.grammar_for} grammar, logprobs" if req.logprobs and req.grammar else req.grammar_for or "logprobs"
-                self.bridge.log(
-                    f"request {generation.request_id}: {what}: answered by the vanilla decoder (mode {self.bridge.mode})"
-                )
+        headers = self._headers(generation, req)
         if req.stream:
             events = self._stream(generation, req, chat)
             return StreamingResponse(
@@ -179,6 +172,80 @@ class Routes:
             )
         result = await _while_connected(request, self._collect(generation, req, chat))
         return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
+
+    def _headers(self, generation: Generation, req: ParsedRequest) -> dict[str, str]:
+        headers = _notice_headers(generation)
+        if req.vanilla_because:
+            # the accelerated modes verify drafts without a grammar and keep no logits: the worker ran vanilla
+            headers[MODE_HEADER] = f"vanilla ({req.vanilla_because})"
+            if self.bridge.mode != "vanilla":
+                what = f"{req.grammar_for} grammar, logprobs" if req.logprobs and req.grammar else req.grammar_for or "logprobs"
+                self.bridge.log(
+                    f"request {generation.request_id}: {what}: answered by the vanilla decoder (mode {self.bridge.mode})"
+                )
+        return headers
+
+    async def responses(self, request: Request) -> Response:
+        """POST /v1/responses: text in, one message out (engine.serve.responses)."""
+        self.guard.check(request)
+        body = await read_json(request)
+        req = parse_responses(body, self.model_id, self._n_ctx())
+        self.bridge.check_accepting()
+        generation = await _while_connected(request, self._start(self._generate(req)))
+        if generation is None:
+            return Response(status_code=499)
+        headers = self._headers(generation, req)
+        shapes = ResponseShapes(generation.request_id, self.model_id, req)
+        if req.stream:
+            events = self._stream_response(generation, shapes)
+            return StreamingResponse(
+                events,
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
+                background=BackgroundTask(_finish, events, generation),
+            )
+        result = await _while_connected(request, self._collect_response(generation, shapes))
+        return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
+
+    async def _collect_response(self, generation: Generation, shapes: ResponseShapes) -> dict[str, Any]:
+        cached = 0
+        try:
+            async for msg in generation.events():
+                if isinstance(msg, p.Stats):
+                    cached = msg.n_prompt_cached
+                elif isinstance(msg, p.Done):
+                    return shapes.complete(msg, cached)
+        finally:
+            generation.close()
+        raise ApiError(500, "the engine ended the answer without a result")
+
+    async def _stream_response(self, generation: Generation, shapes: ResponseShapes) -> AsyncGenerator[bytes, None]:
+        cached = 0
+        try:
+            for event in shapes.opening():
+                yield event
+            async for msg in generation.events():
+                if isinstance(msg, p.Token) and msg.text:
+                    yield shapes.delta(msg.text)
+                elif isinstance(msg, p.Stats):
+                    cached = msg.n_prompt_cached
+                elif isinstance(msg, p.Done):
+                    for event in shapes.closing(msg, cached):
+                        yield event
+        except ApiError as exc:
+            # the status line is long gone: the Responses API's own error event
+            yield shapes.event("error", code=exc.code, message=exc.message, param=exc.param)
+        finally:
+            generation.close()
+
+    async def embeddings(self, request: Request) -> Response:
+        self.guard.check(request)
+        raise ApiError(
+            404,
+            f"this server computes no embeddings: it serves the chat model {self.model_id!r}; "
+            "point embedding requests at a server of an embedding model",
+            code="unsupported_endpoint",
+        )
 
     async def _start(self, generate: p.Generate) -> Generation:
         generation = await self.bridge.submit(generate)
@@ -273,6 +340,8 @@ def create_app(
             Route("/v1/models/{model_id:path}", routes.model, methods=["GET"]),
             Route("/v1/chat/completions", routes.chat, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/responses", routes.responses, methods=["POST"]),
+            Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
         middleware=[Middleware(Cors, guard=guard)],
