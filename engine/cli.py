@@ -30,10 +30,7 @@ def resolve_model(spec: str | None) -> Path:
     """A path, a registered model id, or (None) the default model, installed on first use."""
     if not spec:
         return ensure_default_model(lambda msg: print(f"[specee] {msg}", file=sys.stderr))
-    record = ModelRegistry().get(spec)
-    if record is not None:
-        return Path(record.path)
-    return Path(spec).expanduser()
+    return ModelRegistry().path_for(spec)
 
 
 CHAT_COMMANDS = ("/help", "/?", "/new", "/clear", "/continue", "/quit", "/exit", "/set", "/attach")

@@ -100,9 +100,7 @@ def main() -> None:
     from engine.prompts import DEV_PROMPTS, load_prompts
 
     rep = json.loads(args.report.read_text(encoding="utf-8"))
-    spec = args.model or rep["model"]
-    record = ModelRegistry().get(spec)
-    model = Path(record.path) if record is not None else Path(spec).expanduser()
+    model = ModelRegistry().path_for(args.model or rep["model"])
     threads = args.threads or rep.get("threads") or 2
     curve = next(c for c in measure(model, False, threads, ["multi-column"], SIZES))
     cost = relative_costs(curve.ms)

@@ -16,6 +16,7 @@ from pathlib import Path
 from engine import protocol as p
 from engine.client import WorkerClient
 from engine.models.default_model import ensure_default_model
+from engine.models.registry import ModelRegistry
 
 FILLER = "Here is one more paragraph of the notes we keep going over, about lighthouses, tides and ships. "
 FILLER_B = "Another page from the garden diary: what was sown, what came up, and what the frost took this week. "
@@ -58,11 +59,11 @@ def _switching(model: Path, n_fill: int, n_ctx: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", type=Path, default=None)
+    ap.add_argument("--model", help="GGUF path or registered id (default: the default model)")
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--ctx", type=int, default=4096)
     args = ap.parse_args()
-    model = args.model or ensure_default_model()
+    model = ModelRegistry().path_for(args.model) if args.model else ensure_default_model()
     cache = Path(tempfile.mkdtemp(prefix="specee-reopen-"))
     os.environ["SPECEE_CACHE_DIR"] = str(cache)  # the workers inherit it: no user state is used or left
     try:

@@ -45,6 +45,11 @@ class ModelRegistry:
     def get(self, model_id: str) -> ModelRecord | None:
         return next((m for m in self.all() if m.id == model_id), None)
 
+    def path_for(self, spec: str) -> Path:
+        """A registered model id's file, else spec itself as a path."""
+        record = self.get(spec)
+        return Path(record.path) if record is not None else Path(spec).expanduser()
+
     @staticmethod
     def same_file(record: ModelRecord, path: Path) -> bool:
         """Whether the record is of this file (compared after resolving links)."""
