@@ -49,26 +49,34 @@ std::string grammar_rule(const std::string & grammar, const std::string & name) 
 // calls are the parser's trigger rules, the root a lazy build of the same parser starts at; that
 // build comes from the saved parser, which keeps no argument schemas, so only its root line is
 // taken, over the full grammar's rules (same parser, same rule names). "" where that does not hold.
-std::string calls_only_grammar(const common_chat_params & params) {
+// Without parallel calls, one call: the single-call rule where the parser has one (its root also
+// offers the several-calls rule whatever parallel_tool_calls says).
+std::string calls_only_grammar(const common_chat_params & params, bool parallel) {
     if (params.grammar.empty() || params.parser.empty()) {
         return "";
     }
     common_peg_arena arena;
     arena.load(params.parser);
     const std::string lazy = build_grammar([&](const common_grammar_builder & b) { arena.build_grammar(b, true); });
-    const std::string root = grammar_rule(lazy, "root");
+    std::string root = grammar_rule(lazy, "root");
     const std::string full_root = grammar_rule(params.grammar, "root");
     if (root.empty() || full_root.empty()) {
         return "";
     }
+    bool single = false;
     size_t from = root.find(" ::= ") + 5;
     while (from < root.size()) {  // "root ::= a | b": every rule named must be in the full grammar
         size_t bar = root.find(" | ", from);
         bar = bar == std::string::npos ? root.size() : bar;
-        if (grammar_rule(params.grammar, root.substr(from, bar - from)).empty()) {
+        const std::string name = root.substr(from, bar - from);
+        if (grammar_rule(params.grammar, name).empty()) {
             return "";
         }
+        single = single || name == "tool-call";
         from = bar + 3;
+    }
+    if (!parallel && single) {
+        root = "root ::= tool-call";
     }
     std::string out = params.grammar;
     out.replace(out.find(full_root), full_root.size(), root);
@@ -148,7 +156,7 @@ const char * specee_chat_apply(specee_chat * c, const char * request_json) {
         common_chat_params params = common_chat_templates_apply(c->tmpls.get(), in);
         bool grammar_from_prompt = !params.grammar_lazy;  // llama.cpp's whole-answer grammars start at the generation prompt
         if (in.tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED && !params.supports_thinking) {
-            std::string calls_only = calls_only_grammar(params);
+            std::string calls_only = calls_only_grammar(params, in.parallel_tool_calls);
             if (!calls_only.empty()) {
                 params.grammar = calls_only;
                 grammar_from_prompt = false;
