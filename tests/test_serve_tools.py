@@ -14,6 +14,7 @@ The default model's template has no tools: it gets a 400 saying so.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +328,44 @@ def test_the_response_message_of_a_parsed_answer() -> None:
     )
     assert calls["content"] is None and calls["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
     assert message({"role": "assistant", "content": "Hi"}) == {"role": "assistant", "content": "Hi"}
+
+
+@pytest.mark.slow
+def test_lazy_grammars_and_prefill_in_the_vanilla_decoder(model_path: Path, native_build: dict) -> None:
+    """What Generate's grammar_lazy / grammar_trigger_* / grammar_prefill do in llama.cpp's sampler:
+    a lazy grammar leaves the answer alone until its trigger, then holds from the trigger on; a
+    whole-answer grammar can start before the answer (a template's generation prompt, prefilled)."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from engine import protocol as p
+    from engine.llm.decoders import Grammar, VanillaDecoder
+
+    llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    prompt = llm.tokenize(b"<|im_start|>user\nIs the sky blue?<|im_end|>\n<|im_start|>assistant\n", add_bos=False, special=True)
+    dec = VanillaDecoder(llm)
+
+    def run(grammar: str | Grammar) -> list[int]:
+        out: list[int] = []
+        for tok in dec.stream(prompt, p.Sampling.greedy(), grammar):
+            if llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok) or len(out) == 8:
+                break
+            out.append(tok)
+        return out
+
+    def text(tokens: list[int]) -> str:
+        return llm.detokenize(tokens).decode()
+
+    try:
+        free = run("")
+        assert run(Grammar('root ::= "zzz"', lazy=True, trigger_patterns=("QQQ",))) == free  # never triggered
+        first = text(free[:1])
+        triggered = run(Grammar(f'root ::= {json.dumps(first)} " zzz"', lazy=True, trigger_tokens=(free[0],)))
+        assert text(triggered) == first + " zzz"
+        by_pattern = run(Grammar(f'root ::= {json.dumps(first)} " zzz"', lazy=True, trigger_patterns=(re.escape(first),)))
+        assert text(by_pattern) == first + " zzz"
+        prefill = tuple(llm.tokenize(b"Sure", add_bos=False, special=False))
+        assert text(run(Grammar('root ::= "Sure" (" yes" | " no") "!"', prefill=prefill))) in (" yes!", " no!")
+    finally:
+        dec.close()
+        llm.close()
