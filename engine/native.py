@@ -174,6 +174,26 @@ def spec_lib() -> ctypes.CDLL:
 
 
 @cache
+def chat_lib() -> ctypes.CDLL:
+    """libspecee-spec's chat templates with tool calls, specee_chat_* (native/src/chat-api.h):
+    llama.cpp's common/chat behind JSON strings. Bound apart from spec_lib() so that a build without
+    them still drafts; NativeBuildError (rebuild) where they are missing."""
+    handle = spec_lib()
+    if not hasattr(handle, "specee_chat_apply"):
+        raise NativeBuildError("the native build predates tool calls (specee_chat_*); rebuild it with native/build.py")
+    vp, text = ctypes.c_void_p, ctypes.c_char_p
+    sigs = {
+        "specee_chat_init": ([text], vp),
+        "specee_chat_free": ([vp], None),
+        "specee_chat_last_error": ([], text),
+        "specee_chat_caps": ([vp], text),
+        "specee_chat_apply": ([vp, text], text),
+        "specee_chat_parse": ([vp, text, ctypes.c_bool, text], text),
+    }
+    return _bind(handle, sigs)
+
+
+@cache
 def cpu_lib() -> ctypes.CDLL | None:
     """ggml's CPU backend, for the switch of our multi-column kernels (patch 0009,
     native/src/kernels/multicol.h); None for a build without them."""

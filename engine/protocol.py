@@ -373,10 +373,29 @@ class Generate(Message):
     # top_logprobs (0..TOP_LOGPROBS_MAX) most likely tokens. Also runs in the vanilla decoder.
     logprobs: bool = False
     top_logprobs: int = 0
+    # tool calls (the HTTP server's tools, from llama.cpp's chat templates): a lazy grammar applies only
+    # from the first match of a trigger pattern (regex over the answer's text) or trigger token on
+    # (tool_choice auto: the template's tool-call opening); a whole-answer grammar that starts at the
+    # template's generation prompt reads grammar_prefill's tokens first. preserved_tokens: special
+    # tokens whose text the answer shows (a template's tool-call markers), as other tokens'.
+    grammar_lazy: bool = False
+    grammar_trigger_patterns: list[str] = field(default_factory=list)
+    grammar_trigger_tokens: list[int] = field(default_factory=list)
+    grammar_prefill: list[int] = field(default_factory=list)
+    preserved_tokens: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
         """SettingsError for a request field outside what the engine accepts (Sampling has its own)."""
         _check(isinstance(self.grammar, str), f"grammar must be a GBNF text, got {type(self.grammar).__name__}")
+        _check(isinstance(self.grammar_lazy, bool), f"grammar_lazy must be true or false, got {self.grammar_lazy!r}")
+        _check(not self.grammar_lazy or bool(self.grammar), "grammar_lazy needs a grammar")
+        _check(
+            not self.grammar_lazy or bool(self.grammar_trigger_patterns or self.grammar_trigger_tokens),
+            "a lazy grammar needs a trigger pattern or token",
+        )
+        _check(all(isinstance(x, str) for x in self.grammar_trigger_patterns), "grammar_trigger_patterns must be texts")
+        for name in ("grammar_trigger_tokens", "grammar_prefill", "preserved_tokens"):
+            _check(all(_is_int(t) and t >= 0 for t in getattr(self, name)), f"{name} must be token ids")
         _check(isinstance(self.logprobs, bool), f"logprobs must be true or false, got {self.logprobs!r}")
         _check(
             _is_int(self.top_logprobs) and 0 <= self.top_logprobs <= TOP_LOGPROBS_MAX,

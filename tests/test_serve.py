@@ -234,9 +234,10 @@ def test_request_parsing_without_a_server() -> None:
     assert req.continue_answer and req.sampling.top_k == 1 and req.sampling.stop == ["\n"] and req.sampling.max_tokens == 9
     for body, param in [
         ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
-        ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools"),
+        ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools[0].function"),
         ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_p": "high"}, "top_p"),
-        ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
+        ({"model": "m", "messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
         ({"model": "m", "messages": [{"role": "system", "content": "x"}]}, "messages"),
     ]:
         with pytest.raises(ApiError) as err:

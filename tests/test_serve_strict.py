@@ -345,7 +345,6 @@ def test_ignored_parameters_are_accepted_and_documented(served: ServerProcess) -
         "service_tier": "auto",
         "metadata": {"project": "x"},
         "user": "user-1",
-        "parallel_tool_calls": False,
         "prediction": {"type": "content", "content": "Blue"},
     }
     assert set(ignored) == set(schema.IGNORED)

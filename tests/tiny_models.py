@@ -64,12 +64,14 @@ def write_tiny_gguf(
     tied: bool = True,
     *,
     tokenizer_from: Path,
+    chat_template: str | None = None,
 ) -> Path:
     """Write a random `arch` model with `tokenizer_from`'s tokenizer to `path` and return `path`.
 
     The vocabulary-sized matrices are F16 (an F32 49152 x 64 embedding alone would be 12.6 MB, a
     second untied one doubles it); everything else is F32. qwen2 adds q/k/v biases, qwen3 per-head
-    RMS norms on q and k; tied=False adds a separate output.weight (lm_head)."""
+    RMS norms on q and k; tied=False adds a separate output.weight (lm_head). chat_template replaces
+    the tokenizer's (e.g. a template with tools)."""
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     if n_embd % n_head or n_head % n_head_kv:
@@ -103,6 +105,8 @@ def write_tiny_gguf(
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     for key, value, vtype, sub in tok_fields:
+        if key == "tokenizer.chat_template" and chat_template is not None:
+            value = chat_template.encode()
         w.add_key_value(key, value, vtype, sub)
 
     # numpy shapes are ggml's ne reversed: a {n_in, n_out} llama.cpp weight is (n_out, n_in) here.

@@ -7,6 +7,7 @@ import ctypes
 import math
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,7 +41,44 @@ class Decoder(Protocol):
     def adopt(self, tokens: list[int]) -> None: ...
 
 
-def _sampler(llm: Llama, s: p.Sampling, grammar: str = "") -> LlamaSampler:
+@dataclass(frozen=True)
+class Grammar:
+    """A GBNF grammar (root rule "root") and how it applies (Generate.grammar_*): from the start,
+    after reading `prefill` (a chat template's generation prompt it starts at), or lazily, from the
+    first match of a trigger pattern (a regex over the answer's text) or token on."""
+
+    text: str
+    lazy: bool = False
+    trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+    prefill: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, req: p.Generate) -> Grammar:
+        return cls(
+            req.grammar, req.grammar_lazy, tuple(req.grammar_trigger_patterns), tuple(req.grammar_trigger_tokens),
+            tuple(req.grammar_prefill),
+        )  # fmt: skip
+
+    def sampler(self, llm: Llama) -> Any:
+        """llama.cpp's grammar sampler for it; SettingsError for a grammar llama.cpp cannot parse."""
+        vocab = llm._model.vocab
+        if self.lazy:
+            patterns = (ctypes.c_char_p * len(self.trigger_patterns))(*(x.encode() for x in self.trigger_patterns))
+            tokens = (llama_cpp.llama_token * len(self.trigger_tokens))(*self.trigger_tokens)
+            smpl = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+                vocab, self.text.encode(), b"root", patterns, len(patterns), tokens, len(tokens)
+            )
+        else:
+            smpl = llama_cpp.llama_sampler_init_grammar(vocab, self.text.encode(), b"root")
+        if not smpl:
+            raise p.SettingsError("grammar: llama.cpp could not parse the grammar (the worker's log says where)")
+        for token in self.prefill:
+            llama_cpp.llama_sampler_accept(smpl, token)
+        return smpl
+
+
+def _sampler(llm: Llama, s: p.Sampling, grammar: str | Grammar = "") -> LlamaSampler:
     """llama.cpp's sampler chain for `s`, as llama-cpp-python's Llama._init_sampler builds it (same
     samplers, same order: answers stay token-identical to it), with a logit bias first when asked, then
     a grammar (GBNF, root rule "root"): it rules out every token that cannot continue it, the
@@ -51,11 +89,10 @@ def _sampler(llm: Llama, s: p.Sampling, grammar: str = "") -> LlamaSampler:
         biases = (llama_cpp.llama_logit_bias * len(s.logit_bias))(*_logit_biases(s.logit_bias, n_vocab))
         # llama.cpp copies the biases: the array need not outlive this call
         llama_cpp.llama_sampler_chain_add(chain.sampler, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
-    if grammar:
-        constrained = llama_cpp.llama_sampler_init_grammar(llm._model.vocab, grammar.encode(), b"root")
-        if not constrained:
-            raise p.SettingsError("grammar: llama.cpp could not parse the grammar (the worker's log says where)")
-        llama_cpp.llama_sampler_chain_add(chain.sampler, constrained)  # the chain owns it from here
+    grammar = Grammar(grammar) if isinstance(grammar, str) else grammar
+    if grammar.text:
+        # the chain owns it from here
+        llama_cpp.llama_sampler_chain_add(chain.sampler, grammar.sampler(llm))
     chain.add_penalties(
         n_vocab=n_vocab, penalty_last_n=llm.last_n_tokens_size, penalty_repeat=s.repeat_penalty,
         penalty_freq=s.frequency_penalty, penalty_present=s.presence_penalty,
@@ -120,7 +157,7 @@ class VanillaDecoder:
         if llama_cpp.llama_decode(self._ctx, b) != 0:
             raise RuntimeError("llama.cpp could not decode the prompt")
 
-    def stream(self, tokens: list[int], s: p.Sampling, grammar: str = "") -> Iterator[int]:
+    def stream(self, tokens: list[int], s: p.Sampling, grammar: str | Grammar = "") -> Iterator[int]:
         if not tokens or len(tokens) >= self._n_ctx:
             raise ValueError("the prompt is empty or does not fit in the context")
         smpl = _sampler(self.llm, s, grammar)

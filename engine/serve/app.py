@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -28,6 +28,7 @@ from engine.serve.bridge import EngineBridge, Generation
 from engine.serve.errors import ApiError
 from engine.serve.responses import ResponseShapes, parse_responses
 from engine.serve.schema import (
+    FINISH,
     MAX_BODY_BYTES,
     MODE_HEADER,
     TRUNCATED_HEADER,
@@ -37,6 +38,10 @@ from engine.serve.schema import (
     parse_completion,
 )
 from engine.serve.security import Cors, Guard
+from engine.serve.tools import DeltaStream, message
+
+if TYPE_CHECKING:
+    from engine.llm.tool_calls import ChatTemplates, ToolPrompt
 
 T = TypeVar("T")
 
@@ -91,13 +96,14 @@ def _sse(obj: dict[str, Any]) -> bytes:
 class Routes:
     def __init__(self, bridge: EngineBridge, model_id: str, guard: Guard) -> None:
         self.bridge, self.model_id, self.guard = bridge, model_id, guard
+        self._templates: ChatTemplates | None = None  # the model's chat templates, read on the first tool request
 
     def _n_ctx(self) -> int:
         loaded = self.bridge.loaded
         return loaded.n_ctx if loaded else self.bridge.placement.n_ctx
 
-    def _generate(self, req: ParsedRequest) -> p.Generate:
-        return p.Generate(
+    def _generate(self, req: ParsedRequest, tool_prompt: ToolPrompt | None = None) -> p.Generate:
+        generate = p.Generate(
             messages=req.messages,
             sampling=req.sampling,
             continue_answer=req.continue_answer,
@@ -107,6 +113,38 @@ class Routes:
             logprobs=req.logprobs,
             top_logprobs=req.top_logprobs,
         )
+        if tool_prompt is not None:  # rendered here by llama.cpp's template: a raw prompt for the engine
+            t = tool_prompt
+            generate.prompt, generate.messages, generate.continue_answer = t.prompt, [], False
+            generate.grammar, generate.grammar_lazy, generate.grammar_prefill = t.grammar, t.grammar_lazy, t.grammar_prefill
+            generate.grammar_trigger_patterns, generate.grammar_trigger_tokens = t.trigger_patterns, t.trigger_tokens
+            generate.preserved_tokens = t.preserved_tokens
+            generate.sampling.stop = [*generate.sampling.stop, *t.additional_stops]
+        return generate
+
+    def _tool_prompt(self, req: ParsedRequest) -> ToolPrompt:
+        """The request's prompt and grammar from the model's own chat template (llama.cpp's common/chat)."""
+        from engine.llm.tool_calls import ChatTemplates, ToolTemplateError
+
+        assert req.tools is not None
+        if self._templates is None:
+            try:
+                self._templates = ChatTemplates(self.bridge.model_path)
+            except ToolTemplateError as exc:
+                raise ApiError(400, f"tools cannot be used with {self.model_id}: {exc}", param="tools") from None
+        if not self._templates.supports_tools:
+            raise ApiError(
+                400,
+                f"{self.model_id} does not support tools: its chat template has no tool calls. Serve a model whose"
+                " template has them (Qwen2.5 / Qwen2.5-Coder, Llama 3.1+, Hermes, Mistral) for tools and tool results.",
+                param="tools" if req.tools.tools else "messages",
+                code="unsupported_parameter",
+            )
+        t = req.tools
+        try:
+            return self._templates.apply(t.messages, t.tools, t.tool_choice, t.parallel_tool_calls, t.continue_answer)
+        except ToolTemplateError as exc:  # e.g. the template itself raised on this conversation
+            raise ApiError(400, f"the model's chat template cannot render this request: {exc}", param="messages") from None
 
     def _model_entry(self) -> dict[str, Any]:
         created = int(self.bridge.model_path.stat().st_mtime) if self.bridge.model_path.exists() else 0
@@ -153,15 +191,19 @@ class Routes:
         self.guard.check(request)
         body = await read_json(request)
         req = (parse_chat if chat else parse_completion)(body, self.model_id, self._n_ctx())
+        tool_prompt = self._tool_prompt(req) if req.tools else None
+        if tool_prompt is not None and tool_prompt.grammar:
+            req.grammar, req.grammar_for = tool_prompt.grammar, "tool calls"
         self.bridge.check_accepting()
         # the turn and the worker's first event are awaited while the client is watched (one that
         # leaves is dropped from the queue); a refusal then gets its own status, streamed or not
-        generation = await _while_connected(request, self._start(self._generate(req)))
+        overflow_param = "prompt" if req.prompt else "messages"
+        generation = await _while_connected(request, self._start(self._generate(req, tool_prompt), overflow_param))
         if generation is None:
             return Response(status_code=499)
         headers = self._headers(generation, req)
         if req.stream:
-            events = self._stream(generation, req, chat)
+            events = self._stream_tools(generation, req, tool_prompt) if tool_prompt else self._stream(generation, req, chat)
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
@@ -170,7 +212,7 @@ class Routes:
                 # closed here, its answer cancelled, rather than whenever it is garbage-collected
                 background=BackgroundTask(_finish, events, generation),
             )
-        result = await _while_connected(request, self._collect(generation, req, chat))
+        result = await _while_connected(request, self._collect(generation, req, chat, tool_prompt))
         return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
 
     def _headers(self, generation: Generation, req: ParsedRequest) -> dict[str, str]:
@@ -191,7 +233,7 @@ class Routes:
         body = await read_json(request)
         req = parse_responses(body, self.model_id, self._n_ctx())
         self.bridge.check_accepting()
-        generation = await _while_connected(request, self._start(self._generate(req)))
+        generation = await _while_connected(request, self._start(self._generate(req, None), "input"))
         if generation is None:
             return Response(status_code=499)
         headers = self._headers(generation, req)
@@ -247,27 +289,32 @@ class Routes:
             code="unsupported_endpoint",
         )
 
-    async def _start(self, generate: p.Generate) -> Generation:
+    async def _start(self, generate: p.Generate, overflow_param: str) -> Generation:
         generation = await self.bridge.submit(generate)
         try:
             await generation.first()
         except ApiError as exc:
             if exc.code == "context_length_exceeded":  # which part is too long, as OpenAI says it
-                exc.param = "prompt" if generate.prompt else "messages"
+                exc.param = overflow_param
             raise
         finally:
             if generation.peeked is None:
                 generation.close()
         return generation
 
-    async def _collect(self, generation: Generation, req: ParsedRequest, chat: bool) -> dict[str, Any]:
+    async def _collect(
+        self, generation: Generation, req: ParsedRequest, chat: bool, tool_prompt: ToolPrompt | None = None
+    ) -> dict[str, Any]:
         logprobs: list[p.TokenLogprob] = []
         try:
             async for msg in generation.events():
                 if isinstance(msg, p.Token):
                     logprobs += msg.logprobs
                 elif isinstance(msg, p.Done):
-                    return Shapes(generation.request_id, self.model_id, chat, req.logprobs).complete(msg, logprobs)
+                    answer = self._parsed(msg.text, tool_prompt, partial=msg.finish_reason != "stop") if tool_prompt else None
+                    return Shapes(generation.request_id, self.model_id, chat, req.logprobs).complete(
+                        msg, logprobs, message(answer) if answer is not None else None
+                    )
         finally:
             generation.close()
         raise ApiError(500, "the engine ended the answer without a result")
@@ -287,6 +334,50 @@ class Routes:
             yield b"data: [DONE]\n\n"
         except ApiError as exc:
             # the status line is long gone: OpenAI clients raise on an error event
+            yield _sse(exc.body())
+        finally:
+            generation.close()
+
+    def _parsed(self, text: str, tool_prompt: ToolPrompt, partial: bool) -> dict[str, Any]:
+        """The answer read by the template's parser; a text it cannot read is content."""
+        from engine.llm.tool_calls import ToolTemplateError
+
+        assert self._templates is not None
+        try:
+            return self._templates.parse(text, tool_prompt, partial)
+        except ToolTemplateError as exc:
+            self.bridge.log(f"the answer could not be parsed for tool calls ({exc}); sent as content")
+            return {"role": "assistant", "content": text}
+
+    async def _stream_tools(
+        self, generation: Generation, req: ParsedRequest, tool_prompt: ToolPrompt
+    ) -> AsyncGenerator[bytes, None]:
+        """A chat answer with tools, streamed: parsed as it grows (llama.cpp's partial parse), sent
+        as OpenAI's content and tool_calls deltas."""
+        try:
+            shapes = Shapes(generation.request_id, self.model_id, True, req.logprobs)
+            deltas = DeltaStream()
+            yield _sse(shapes.chunk(first=True))
+            text = ""
+            async for msg in generation.events():
+                if isinstance(msg, p.Token) and (msg.text or msg.logprobs):
+                    text += msg.text
+                    out = deltas.update(self._parsed(text, tool_prompt, partial=True)) if msg.text else []
+                    lp = msg.logprobs if req.logprobs else None
+                    if lp and not out:  # the text so far may be held back (a call's opening): its logprobs are not
+                        out = [{}]
+                    for i, delta in enumerate(out):  # logprobs ride on the first delta
+                        yield _sse(shapes.delta_chunk(delta, logprobs=lp if i == 0 else None))
+                elif isinstance(msg, p.Done):
+                    final = msg.finish_reason == "stop"
+                    for delta in deltas.update(self._parsed(msg.text, tool_prompt, partial=not final), final=True):
+                        yield _sse(shapes.delta_chunk(delta))
+                    reason = FINISH.get(msg.finish_reason, "stop")
+                    yield _sse(shapes.delta_chunk({}, "tool_calls" if deltas.calls and reason == "stop" else reason))
+                    if req.include_usage:
+                        yield _sse(shapes.usage_chunk(msg))
+            yield b"data: [DONE]\n\n"
+        except ApiError as exc:
             yield _sse(exc.body())
         finally:
             generation.close()

@@ -19,6 +19,7 @@ from typing import Any
 from engine import protocol as p
 from engine.serve.errors import ApiError
 from engine.serve.structured import grammar_for
+from engine.serve.tools import ToolRequest, parse_tool_request, uses_tools
 
 MAX_BODY_BYTES = 1 << 20
 MAX_MESSAGES = 1024
@@ -26,12 +27,12 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 # finish reasons OpenAI clients know; a full context ends the answer like a length limit
 FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
 # parameters we cannot honour: refused rather than silently ignored
-UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "echo", "suffix")
+UNSUPPORTED = ("functions", "function_call", "echo", "suffix")  # functions: the deprecated form of tools
 COMPLETION_LOGPROBS_MAX = 5  # /v1/completions' logprobs: the most alternatives per token, as OpenAI's legacy API
 MODE_HEADER = "x-specee-mode"  # a request with a grammar or logprobs says it ran in the vanilla decoder
 # OpenAI parameters that mean nothing for one local model: accepted and ignored (README, Serve).
 # Other fields a request carries are ignored as well, as OpenAI-compatible servers commonly do.
-IGNORED = ("store", "service_tier", "metadata", "user", "parallel_tool_calls", "prediction")
+IGNORED = ("store", "service_tier", "metadata", "user", "prediction")
 # `truncation`, as OpenAI's Responses API names it: "disabled" (the default) refuses a conversation
 # longer than the context with context_length_exceeded; "auto" lets the engine leave old turns out
 TRUNCATION = {"disabled": p.Overflow.REFUSE, "auto": p.Overflow.TRIM}
@@ -52,6 +53,7 @@ class ParsedRequest:
     grammar_for: str = ""  # ... what it enforces ("json_object", "json_schema NAME"), for the log
     logprobs: bool = False
     top_logprobs: int = 0
+    tools: ToolRequest | None = None  # tools offered, or calls and results in the history (engine.serve.tools)
 
     @property
     def vanilla_because(self) -> str:
@@ -224,6 +226,8 @@ def parse_chat(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
         raise ApiError(400, "messages must be a non-empty list", param="messages")
     if len(raw) > MAX_MESSAGES:
         raise ApiError(400, f"at most {MAX_MESSAGES} messages per request, got {len(raw)}", param="messages")
+    if uses_tools(body):
+        return _tool_chat(body, req)
     for i, m in enumerate(raw):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in ROLES:
             raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}", param=f"messages[{i}].role")
@@ -240,6 +244,19 @@ def parse_chat(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
             400, "response_format applies to a whole answer; it cannot continue one (the last message is the assistant's)",
             param="response_format",
         )  # fmt: skip
+    return req
+
+
+def _tool_chat(body: dict[str, Any], req: ParsedRequest) -> ParsedRequest:
+    """A chat with tools: the messages go to llama.cpp's template as OpenAI sent them (checked)."""
+    req.tools = parse_tool_request(body)
+    req.continue_answer = req.tools.continue_answer
+    _chat_logprobs(body, req)
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise ApiError(400, "response_format cannot be combined with tools or tool calls here", param="response_format")
+    if req.on_overflow == p.Overflow.TRIM:  # a conversation with calls and results is not cut
+        raise ApiError(400, "truncation 'auto' is not supported with tools", param="truncation")
     return req
 
 
@@ -321,13 +338,18 @@ class Shapes:
     def _envelope(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
 
-    def complete(self, done: p.Done, logprobs: list[p.TokenLogprob] | None = None) -> dict[str, Any]:
+    def complete(
+        self, done: p.Done, logprobs: list[p.TokenLogprob] | None = None, message: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The whole response; `message`: the chat answer as parsed (tool calls), else its text."""
         reason = FINISH.get(done.finish_reason, "stop")
         lp = self._logprobs(logprobs or [])
         if self.chat:
+            if message and message.get("tool_calls") and reason == "stop":
+                reason = "tool_calls"
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": done.text},
+                "message": message or {"role": "assistant", "content": done.text},
                 "finish_reason": reason,
                 "logprobs": lp,
             }
@@ -352,6 +374,13 @@ class Shapes:
                 delta["content"] = text
             return self._envelope("chat.completion.chunk", {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": lp})
         return self._envelope("text_completion", {"index": 0, "text": text or "", "finish_reason": reason, "logprobs": lp})
+
+    def delta_chunk(
+        self, delta: dict[str, Any], finish: str | None = None, logprobs: list[p.TokenLogprob] | None = None
+    ) -> dict[str, Any]:
+        """A chat chunk with this delta (content, tool_calls) as it is; finish is OpenAI's reason."""
+        lp = self._logprobs(logprobs) if logprobs is not None else None
+        return self._envelope("chat.completion.chunk", {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp})
 
     def usage_chunk(self, done: p.Done) -> dict[str, Any]:
         """stream_options.include_usage: a last chunk with no choices and the token counts."""

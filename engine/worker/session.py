@@ -19,7 +19,7 @@ from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.kept_caches import kv_states_root
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
+from engine.llm.decoders import Decoder, DrafterDecoder, Grammar, SpecEEDecoder, VanillaDecoder
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
 from engine.llm.load import batch_invariant_weights, capture_head_layers, flash_attention
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
@@ -401,8 +401,8 @@ class EngineSession:
             self._vanilla.close()
         self.llm.close()
 
-    def _piece(self, token: int) -> bytes:
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
         return self._piece_buf.raw[: max(n, 0)]
 
     def _set_threads(self, n: int) -> None:
@@ -547,7 +547,8 @@ class EngineSession:
 
         margins: list[float] = []
         logprobs: list[p.TokenLogprob] = []  # Generate.logprobs: the tokens not sent yet
-        gen = vanilla.stream(tokens, s, req.grammar) if vanilla is not None else decoder.stream(tokens, s)
+        gen = vanilla.stream(tokens, s, Grammar.of(req)) if vanilla is not None else decoder.stream(tokens, s)
+        preserved = set(req.preserved_tokens)  # a template's special tokens that the answer's text shows
         for tok in gen:
             if governor is not None:
                 threads_used.add(governor.tick())
@@ -564,7 +565,7 @@ class EngineSession:
             recent.append((now, len(out_tokens)))
             while len(recent) > 2 and recent[1][0] <= now - RECENT_S:
                 recent.popleft()
-            piece = self._piece(tok)
+            piece = self._piece(tok, tok in preserved)
             if req.logprobs:
                 assert vanilla is not None
                 logprobs.append(self._token_logprob(vanilla, tok, piece, req.top_logprobs))
