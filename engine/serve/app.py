@@ -357,7 +357,8 @@ class Routes:
         try:
             shapes = Shapes(generation.request_id, self.model_id, True, req.logprobs)
             deltas = DeltaStream()
-            yield _sse(shapes.chunk(first=True))
+            # content null, not "": what OpenAI's first chunk says when the answer may be calls only
+            yield _sse(shapes.delta_chunk({"role": "assistant", "content": None}))
             text = ""
             async for msg in generation.events():
                 if isinstance(msg, p.Token) and (msg.text or msg.logprobs):
