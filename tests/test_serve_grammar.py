@@ -19,6 +19,8 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from engine import protocol as p
+from engine.serve.errors import ApiError
 from engine.serve.launcher import ServerProcess
 from engine.serve.structured import grammar_for
 from tests.test_serve_strict import assert_openai_error
@@ -296,3 +298,19 @@ def test_tools_and_n_are_still_refused(served: ServerProcess) -> None:
     for extra in ({"tools": [tool]}, {"n": 2}, {"tool_choice": "auto"}):
         with pytest.raises(openai.BadRequestError):
             client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), max_tokens=2, **extra)  # type: ignore[call-overload]
+
+
+def test_llama_cpp_servers_own_grammar_parameters_are_honoured_or_refused() -> None:
+    from engine.serve.schema import parse_chat
+
+    ask_ = {"messages": [{"role": "user", "content": "hi"}]}
+    req = parse_chat({**ask_, "grammar": 'root ::= "a"'}, MODEL_ID, 512)
+    assert (req.grammar, req.grammar_for, req.vanilla_because) == ('root ::= "a"', "grammar", "grammar")
+    assert parse_chat({**ask_, "json_schema": {"const": "42"}}, MODEL_ID, 512).grammar
+    schema_in_object = parse_chat({**ask_, "response_format": {"type": "json_object", "schema": {"const": "42"}}}, MODEL_ID, 512)
+    assert schema_in_object.grammar_for == "json_schema"
+    assert parse_chat({**ask_, "n_predict": 7}, MODEL_ID, 512).sampling.max_tokens == 7
+    assert parse_chat({**ask_, "n_predict": -1}, MODEL_ID, 512).sampling.max_tokens == p.Sampling().max_tokens
+    for bad in ({"grammar": "x", "json_schema": {}}, {"grammar": ""}, {"grammar": 5}, {"json_schema": 123}):
+        with pytest.raises(ApiError):
+            parse_chat({**ask_, **bad}, MODEL_ID, 512)

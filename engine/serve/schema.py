@@ -128,6 +128,9 @@ def sampling_from(body: dict[str, Any], n_ctx: int) -> p.Sampling:
     # max_completion_tokens: the newer name for the same limit
     max_tokens = _number(body, "max_completion_tokens", integer=True)
     max_tokens = max_tokens if max_tokens is not None else _number(body, "max_tokens", integer=True)
+    if max_tokens is None:  # llama.cpp's server's name; -1 there means "until the context is full"
+        n_predict = _number(body, "n_predict", integer=True)
+        max_tokens = None if n_predict == -1 else n_predict
     if max_tokens is not None:
         if not 1 <= max_tokens <= n_ctx:
             raise ApiError(400, f"max_tokens must be 1..{n_ctx} (the model's context here), got {max_tokens}", param="max_tokens")
@@ -219,6 +222,22 @@ def _content(message: dict[str, Any], i: int) -> str:
     raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", param=f"messages[{i}].content")
 
 
+def _structured(body: dict[str, Any], req: ParsedRequest) -> None:
+    """The answer's grammar: OpenAI's response_format, or llama.cpp's server's own `grammar` (GBNF,
+    checked by the engine: a bad one is a 400) and top-level `json_schema`; one of them at most."""
+    given = [k for k in ("response_format", "grammar", "json_schema") if body.get(k) is not None]
+    if len(given) > 1:
+        raise ApiError(400, f"{' and '.join(given)}: give one of them, not both", param=given[1])
+    if "grammar" in given:
+        if not isinstance(body["grammar"], str) or not body["grammar"].strip():
+            raise ApiError(400, "grammar must be a non-empty GBNF string", param="grammar")
+        req.grammar, req.grammar_for = _text(body["grammar"], "grammar"), "grammar"
+    elif "json_schema" in given:
+        req.grammar, req.grammar_for = grammar_for({"type": "json_schema", "json_schema": {"schema": body["json_schema"]}})
+    elif given:
+        req.grammar, req.grammar_for = grammar_for(body["response_format"])
+
+
 def parse_chat(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     req = _common(body, served_model, n_ctx)
     raw = body.get("messages")
@@ -238,11 +257,11 @@ def parse_chat(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     if not turns or (turns[-1] != "user" and not req.continue_answer):
         raise ApiError(400, "the last message must be the user's (or the start of an answer after it)", param="messages")
     _chat_logprobs(body, req)
-    req.grammar, req.grammar_for = grammar_for(body.get("response_format"))
+    _structured(body, req)
     if req.grammar and req.continue_answer:
         raise ApiError(
-            400, "response_format applies to a whole answer; it cannot continue one (the last message is the assistant's)",
-            param="response_format",
+            400, "a grammar applies to a whole answer; it cannot continue one (the last message is the assistant's)",
+            param=next(k for k in ("response_format", "grammar", "json_schema") if body.get(k) is not None),
         )  # fmt: skip
     return req
 
@@ -255,6 +274,9 @@ def _tool_chat(body: dict[str, Any], req: ParsedRequest) -> ParsedRequest:
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise ApiError(400, "response_format cannot be combined with tools or tool calls here", param="response_format")
+    for name in ("grammar", "json_schema"):  # llama.cpp's own: the tool-call grammar is the answer's
+        if body.get(name) is not None:
+            raise ApiError(400, f"{name} cannot be combined with tools or tool calls here", param=name)
     if req.on_overflow == p.Overflow.TRIM:  # a conversation with calls and results is not cut
         raise ApiError(400, "truncation 'auto' is not supported with tools", param="truncation")
     return req
@@ -275,8 +297,7 @@ def parse_completion(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     best_of = _number(body, "best_of", integer=True)
     if best_of not in (None, 1):
         raise ApiError(400, "only best_of=1 is supported", param="best_of", code="unsupported_parameter")
-    if body.get("response_format") is not None:  # OpenAI's legacy completions have none; llama.cpp's server does
-        req.grammar, req.grammar_for = grammar_for(body["response_format"])
+    _structured(body, req)  # OpenAI's legacy completions take none of these; llama.cpp's server does
     _completion_logprobs(body, req)
     req.prompt = prompt
     return req

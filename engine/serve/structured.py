@@ -44,6 +44,8 @@ def grammar_for(fmt: Any) -> tuple[str, str]:
     kind = fmt["type"]
     if kind == "text":
         return "", ""
+    if kind == "json_object" and "schema" in fmt:  # llama.cpp's server: a schema inside json_object
+        return grammar_for({"type": "json_schema", "json_schema": {"schema": fmt["schema"]}})
     if kind == "json_object":
         from engine.llm.grammars import JSON_OBJECT
 

@@ -51,9 +51,9 @@ REASONS = {
         " specee serve sends: code context_length_exceeded), system_fingerprint 'b<build>', model aliases/tags"
     ),
     "extensions": Reason(
-        "llama-server's own request parameters: grammar (GBNF), a top-level json_schema, a schema inside"
-        " response_format json_object, add_generation_prompt/continue_final_message; specee serve takes OpenAI's"
-        " response_format json_object/json_schema and ignores fields it does not know (README, Serve)"
+        "llama-server's own add_generation_prompt/continue_final_message (specee serve continues an answer when"
+        " the last message is the assistant's, as OpenAI-style clients send it) and ignores fields it does not know"
+        " (README, Serve); its grammar, json_schema and response_format json_object schema are honoured"
     ),
     "n": Reason("n = 2 (and id_slot): specee serve refuses n > 1 with a 400 (README, Serve)"),
     "first-delta": Reason(
@@ -127,10 +127,6 @@ EXCLUDED = {
     f"{_CHAT}::test_chat_template_continue_final_message_vllm_compat": "fields",
     f"{_CHAT}::test_chat_template_continue_final_message_mutual_exclusion": "extensions",
     f"{_CHAT}::test_apply_chat_template": "native",
-    f'{_CHAT}::test_completion_with_response_format[response_format0-6-"42"]': "extensions",
-    f"{_CHAT}::test_completion_with_json_schema": "extensions",
-    f"{_CHAT}::test_completion_with_grammar": "extensions",
-    f"{_CHAT}::test_completion_with_invalid_grammar": "extensions",
     f"{_CHAT}::test_chat_completion_with_timings_per_token": "fields",
     f"{_CHAT}::test_logprobs": "model-name",
     f"{_CHAT}::test_logprobs_stream": "model-name",
