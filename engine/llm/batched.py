@@ -66,14 +66,18 @@ class BatchedVanilla:
     def free(self) -> int:
         return sum(not s.active for s in self.slots)
 
-    def start(self, tokens: list[int], sampler: LlamaSampler) -> Slot:
-        """Take a free slot for this prompt (the one whose cache shares most of it); its prefill
-        begins at the next step. The caller checked that a slot is free and the prompt fits."""
-        if not tokens or len(tokens) >= self.n_ctx_seq:
-            raise ValueError("the prompt is empty or does not fit in the context")
+    def pick(self, tokens: list[int]) -> Slot:
+        """The free slot a prompt goes to (the caller checked that one is free): one whose cache
+        shares enough of it, else the lowest free sequence. Its cache may be replaced before start()."""
         free = [s for s in self.slots if not s.active]
         reuse = max(free, key=lambda s: (common_prefix(s.kv, tokens), -s.used_at))
-        slot = reuse if common_prefix(reuse.kv, tokens) >= MIN_REUSE_TOKENS else free[0]
+        return reuse if common_prefix(reuse.kv, tokens) >= MIN_REUSE_TOKENS else free[0]
+
+    def start(self, slot: Slot, tokens: list[int], sampler: LlamaSampler) -> Slot:
+        """Begin the prompt in this free slot (pick()); its prefill runs in the next steps."""
+        if not tokens or len(tokens) >= self.n_ctx_seq:
+            raise ValueError("the prompt is empty or does not fit in the context")
+        assert not slot.active
         cached = min(common_prefix(slot.kv, tokens), len(tokens) - 1)  # one token re-decoded for its logits
         llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, cached, -1)
         self._steps += 1

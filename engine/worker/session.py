@@ -32,6 +32,7 @@ from engine.models.weights_check import check_weights
 from engine.native import build_info, exit_archs
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
+from engine.sequences import common_prefix
 from engine.worker import auto
 from engine.worker.answer import AnswerStream, split_stop
 from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
@@ -492,8 +493,11 @@ class EngineSession:
         self._to_batch()
         if not self.batch.busy and self._governor is not None:
             self._governor.restart()
+        slot = self.batch.pick(tokens)
+        if self._keep_kv:
+            self._switch_slot_cache(slot, tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))  # make_sampler's dist reads it
-        slot = self.batch.start(tokens, make_sampler(self.llm, s))
+        self.batch.start(slot, tokens, make_sampler(self.llm, s))
         answer = AnswerStream(req, len(tokens), slot.cached, self, emit, t0, emit_every_s=TOKEN_EMIT_S,
                               stats_every_s=STATS_INTERVAL_S, n_threads=self._threads_now)  # fmt: skip
         return slot, answer
@@ -512,6 +516,16 @@ class EngineSession:
 
     def piece(self, token: int) -> bytes:
         return self._piece(token)
+
+    def _switch_slot_cache(self, slot: Slot, tokens: list[int]) -> None:
+        """_switch_cache for a slot of the batch: the conversation it held is kept before a prompt
+        replaces most of it, and a kept one sharing more of `tokens` is restored into it."""
+        live = min(common_prefix(slot.kv, tokens), len(tokens) - 1)
+        if len(slot.kv) - live >= MIN_GAIN_TOKENS:
+            self._kv_states.save(slot.kv, seq=slot.seq)
+        n, key = self._kv_states.best(tokens)
+        if key is not None and n >= live + MIN_GAIN_TOKENS:
+            slot.kv = self._kv_states.restore(key, seq=slot.seq) or []
 
     def _to_batch(self) -> None:
         """Before the batch uses the context after the one-at-a-time path: sequence 0's cache is
