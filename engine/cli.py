@@ -648,11 +648,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
     from engine.serve.security import allowed_origin, bind_problem
-    from engine.serve.server import serve
+    from engine.serve.server import default_parallel, parallel_problem, serve
 
     api_key = args.api_key or os.environ.get("SPECEE_API_KEY") or None
     problem = bind_problem(args.host, args.allow_remote, api_key)  # before any model work
     if problem:
+        print(f"specee serve: {problem}", file=sys.stderr)
+        return 2
+    parallel = default_parallel() if args.parallel is None else args.parallel
+    if problem := parallel_problem(parallel):
         print(f"specee serve: {problem}", file=sys.stderr)
         return 2
     try:
@@ -670,7 +674,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     placement.validate()
     return serve(
         model, model_id, args.mode, placement, args.host, args.port, api_key, args.allow_remote, args.max_queue, args.verbose,
-        args.exit_with_stdin, origins,
+        args.exit_with_stdin, origins, parallel,
     )  # fmt: skip
 
 
@@ -798,6 +802,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ctx", type=int, default=4096)
     serve.add_argument("--threads", type=int, default=0)
     serve.add_argument("--max-queue", type=int, default=32, help="requests that may wait for their turn (more get 429)")
+    serve.add_argument("--parallel", type=int, help="requests decoded together in vanilla and ngram modes (default: "
+                       "2 per physical core, 2..8; 1: one at a time); eagle, specee and draft answer one at a time")  # fmt: skip
     serve.add_argument("--verbose", action="store_true", help="log every request")
     serve.add_argument("--exit-with-stdin", action="store_true", help="stop when standard input closes (a launcher's child)")
     serve.set_defaults(func=cmd_serve)

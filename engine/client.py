@@ -313,9 +313,10 @@ class WorkerClient(EngineClient):
         draft_model: str = "",
         keep_kv: bool = True,
         measure_reference: bool = True,
+        n_parallel: int = 1,
     ) -> p.Loaded:
         load = p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill, exits,
-                      drafter, draft_model, keep_kv, measure_reference=measure_reference)  # fmt: skip
+                      drafter, draft_model, keep_kv, measure_reference=measure_reference, n_parallel=n_parallel)  # fmt: skip
         return self.load_intent(load, timeout)
 
     def load_intent(self, load: p.Load, timeout: float = 300.0) -> p.Loaded:

@@ -25,8 +25,10 @@ from typing import Any, ClassVar
 # 3: CountTokens; 4: Generate.on_overflow (an older worker would trim what the server must refuse),
 # Sampling's penalties and logit_bias, ErrorKind.CONTEXT_LENGTH_EXCEEDED, Load.keep_kv, kv_disk_budget and
 # measure_reference; 5: Generate.grammar, Generate.logprobs and top_logprobs, Token.logprobs (an older worker
-# would ignore them)
-PROTOCOL_VERSION = 5
+# would ignore them); 6: Load.n_parallel and Loaded.n_parallel (an older worker would answer one request at a
+# time while the server sends several), Generate.grammar_lazy, grammar_trigger_patterns/tokens, grammar_prefill
+# and preserved_tokens (tool calls: an older worker would apply a lazy grammar from the first token)
+PROTOCOL_VERSION = 6
 TOP_LOGPROBS_MAX = 20  # Generate.top_logprobs: the most alternatives reported per token (OpenAI's limit)
 # conversations' saved KV caches on disk (engine.kept_caches): the default budget and the most accepted
 KV_DISK_BUDGET_DEFAULT = 4 * 1024**3
@@ -71,6 +73,9 @@ class Mode(StrEnum):
 MODES: tuple[str, ...] = tuple(m.value for m in Mode if m is not Mode.REMOTE)
 # The modes `auto` may pick: every local one but auto itself
 MEASURABLE_MODES: tuple[str, ...] = tuple(m for m in MODES if m != Mode.AUTO)
+# The modes whose requests a worker loaded with n_parallel > 1 decodes together (as vanilla rows:
+# drafting and early exit follow one sequence); the others answer one request at a time
+BATCHED_MODES: frozenset[str] = frozenset({Mode.VANILLA.value, Mode.NGRAM.value})
 
 
 class Layout(StrEnum):
@@ -136,6 +141,8 @@ N_CTX_MIN, N_CTX_MAX = 256, 1 << 20  # tokens
 N_THREADS_MAX = 512  # 0 = the physical cores (and fewer while other processes are busy)
 N_GPU_LAYERS_MAX = 10_000  # -1 = all
 N_DRAFT_MAX = 16  # draft chain length; 0 = the mode's default
+# requests decoded together (Load.n_parallel): each takes a sequence and a full context's KV cells
+N_PARALLEL_MAX = 16
 EXIT_CHECK_EVERY_MAX = 1_000_000
 DRAFTER_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")  # a llama.cpp drafter type name; the engine checks it exists
 
@@ -315,6 +322,9 @@ class Load(Message):
     # an explicit mode measures vanilla's speed here while idle, once, for the meter's ratio; the bench
     # turns it off: its workers run side by side, and one's measurement slowed another's timed answers
     measure_reference: bool = True
+    # requests the worker decodes together, each its own sequence in one llama.cpp batch per step
+    # (vanilla and ngram on CPU placements: see Loaded.n_parallel); 1 = one at a time (the app)
+    n_parallel: int = 1
     protocol_version: int = PROTOCOL_VERSION  # the worker refuses a Load of another version
 
     def validate(self) -> None:
@@ -334,6 +344,10 @@ class Load(Message):
         _check(
             _is_int(self.kv_disk_budget) and 0 <= self.kv_disk_budget <= KV_DISK_BUDGET_MAX,
             f"kv_disk_budget must be 0 (memory only) to {KV_DISK_BUDGET_MAX} bytes, got {self.kv_disk_budget!r}",
+        )
+        _check(
+            _is_int(self.n_parallel) and 1 <= self.n_parallel <= N_PARALLEL_MAX,
+            f"parallel requests must be 1 to {N_PARALLEL_MAX}, got {self.n_parallel!r}",
         )
         for name in ("exit_fill", "exits", "keep_kv", "measure_reference"):
             _check(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -474,6 +488,9 @@ class Loaded(Message):
     # the model that was running before a refused Load (the Error before this says why), loaded again:
     # a waiting load_intent() skips it
     kept: bool = False
+    # requests decoded together while the mode is vanilla or ngram (Load.n_parallel; 1 where the
+    # placement puts layers on a GPU, or the mode never batches); eagle, specee and draft take one at a time
+    n_parallel: int = 1
 
 
 @dataclass

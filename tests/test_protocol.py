@@ -200,6 +200,8 @@ def test_a_sane_load_is_valid() -> None:
         ({"n_draft": True}, "draft chain length"),
         ({"exit_check_every": -2}, "exit_check_every"),
         ({"exits": "yes"}, "exits must be true or false"),
+        ({"n_parallel": 0}, "parallel requests must be 1 to 16, got 0"),
+        ({"n_parallel": 17}, "parallel requests must be 1 to 16"),
         ({"drafter": "Ngram Simple"}, "drafter"),
         ({"placement": p.Placement(n_ctx=100)}, "context length must be 256..1048576"),
         ({"placement": p.Placement(n_threads=-1)}, "threads"),
@@ -216,15 +218,15 @@ def test_a_load_outside_the_limits_is_refused_with_a_reason(change: dict, words:
 
 
 def test_a_load_or_ready_of_another_protocol_version_is_refused_before_anything_else() -> None:
-    assert p.PROTOCOL_VERSION == 5 and p.Load().protocol_version == 5
+    assert p.PROTOCOL_VERSION == 6 and p.Load().protocol_version == 6
     old_load = json.loads(p.encode(p.Load("/m.gguf", mode="vanilla")))
     del old_load["protocol_version"]  # version 1 sent none
     old_load["mode"] = "whatever-v1-had"
     with pytest.raises(p.VersionMismatch) as err:
         p.decode(json.dumps(old_load))
-    assert "the app speaks protocol version 1" in str(err.value) and "speaks 5" in str(err.value)
-    with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 4"):
-        p.decode(p.encode(p.Ready(pid=1, protocol_version=4)))  # the version before Generate.grammar and logprobs
+    assert "the app speaks protocol version 1" in str(err.value) and "speaks 6" in str(err.value)
+    with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 5"):
+        p.decode(p.encode(p.Ready(pid=1, protocol_version=5)))  # the version before Load.n_parallel
 
 
 OLD_WORKER = 'import sys; print(\'{"type": "ready", "pid": 1, "protocol_version": 1}\', flush=True); sys.stdin.read()'

@@ -33,7 +33,8 @@ COUNT = [{"role": "user", "content": "Count from 1 to 1000, separated by commas.
 
 @pytest.fixture(scope="module")
 def served(model_path: Path):  # type: ignore[no-untyped-def]
-    server = ServerProcess(model=model_path, mode="vanilla", api_key=KEY)
+    # one request at a time, as before --parallel (the queue's tests below); tests/test_serve_parallel.py batches
+    server = ServerProcess(model=model_path, mode="vanilla", api_key=KEY, extra_args=["--parallel", "1"])
     server.start(timeout=180)
     yield server
     server.stop()

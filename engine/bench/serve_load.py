@@ -5,8 +5,8 @@
 Starts the server on the default model (or --model, or uses a running one with --url), sends the
 development prompts as streaming chat requests from N client threads at once, and reports
 requests/s, output tokens/s and the time to first token and to the last one (p50/p95). The worker
-answers one request at a time, so under N clients the time to first token includes the wait for
-the turn: that is what a client sees.
+decodes up to --parallel requests together (vanilla, ngram) and the others wait for a place, so
+under N clients the time to first token includes that wait: that is what a client sees.
 
     python -m engine.bench.serve_load --clients 2 --requests 8 --conversation-tokens 3000
 
@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--model", help="GGUF path or registered id (default: the default model)")
     ap.add_argument("--mode", default="auto", help="the server's acceleration mode")
+    ap.add_argument("--parallel", type=int, help="the server's --parallel (default: its own, sized by the machine)")
     ap.add_argument("--url", help="measure a server that is already running (e.g. http://127.0.0.1:8080)")
     ap.add_argument("--api-key", help="that server's API key")
     ap.add_argument("--conversation-tokens", type=int, default=0,
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.url:
         url, api_key = args.url.rstrip("/"), args.api_key
     else:
-        server = ServerProcess(model=args.model, mode=args.mode)
+        extra = ["--parallel", str(args.parallel)] if args.parallel is not None else []
+        server = ServerProcess(model=args.model, mode=args.mode, extra_args=extra)
         print("starting specee serve ...", file=sys.stderr)
         url, api_key = server.start(), None
     try:
@@ -189,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             model = json.load(r)["data"][0]["id"]
         report = run(url, model, args.clients, args.requests, args.max_tokens, api_key, args.conversation_tokens)
         with urllib.request.urlopen(f"{url}/health", timeout=30) as r:
-            report.update(model=model, mode=json.load(r).get("mode", "?"))
+            health = json.load(r)
+            report.update(model=model, mode=health.get("mode", "?"), parallel=health.get("parallel", 1))
     finally:
         if server is not None:
             server.stop()
@@ -197,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
     print(
-        f"{report['model']} ({report['mode']}), {report['clients']} streaming clients, {report['requests']} requests of"
+        f"{report['model']} ({report['mode']}, {report['parallel']} at once), {report['clients']} streaming clients,"
+        f" {report['requests']} requests of"
         f" {report['max_tokens']} tokens"
         + (
             f" in long conversations (prompt p50 {report['prompt_tokens_p50']} tokens; time to first token after"

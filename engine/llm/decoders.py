@@ -78,7 +78,7 @@ class Grammar:
         return smpl
 
 
-def _sampler(llm: Llama, s: p.Sampling, grammar: str | Grammar = "") -> LlamaSampler:
+def make_sampler(llm: Llama, s: p.Sampling, grammar: str | Grammar = "") -> LlamaSampler:
     """llama.cpp's sampler chain for `s`, as llama-cpp-python's Llama._init_sampler builds it (same
     samplers, same order: answers stay token-identical to it), with a logit bias first when asked, then
     a grammar (GBNF, root rule "root"): it rules out every token that cannot continue it, the
@@ -126,12 +126,13 @@ class VanillaDecoder:
     own arrays every token). Prefill chunks as llama-cpp-python's eval did (n_batch rows from the
     first uncached token), so answers are token-identical to it."""
 
-    def __init__(self, llm: Llama) -> None:
+    def __init__(self, llm: Llama, n_ctx: int = 0) -> None:
+        """n_ctx: the room of its sequence (0: the context's; less where the context holds several)."""
         self.llm = llm
         self._ctx = llm._ctx.ctx
         self._n_vocab = llm.n_vocab()
         self._n_batch = llm.n_batch
-        self._n_ctx = llm.n_ctx()
+        self._n_ctx = n_ctx or llm.n_ctx()
         self._kv: list[int] = []  # the tokens in the target's KV cache
         self._batch = llama_cpp.llama_batch_init(max(self._n_batch, 1), 0, 1)
         self._one = llama_cpp.llama_batch_init(1, 0, 1)
@@ -160,10 +161,11 @@ class VanillaDecoder:
     def stream(self, tokens: list[int], s: p.Sampling, grammar: str | Grammar = "") -> Iterator[int]:
         if not tokens or len(tokens) >= self._n_ctx:
             raise ValueError("the prompt is empty or does not fit in the context")
-        smpl = _sampler(self.llm, s, grammar)
+        smpl = make_sampler(self.llm, s, grammar)
         start = self.cached_prefix(tokens)
         self._kv = []  # unknown until the prefill succeeds
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx), -1, start, -1)
+        # sequence 0: the only one, unless engine/llm/batched.py keeps others beside it
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx), 0, start, -1)
         for c0 in range(start, len(tokens), self._n_batch):
             self._decode_chunk(tokens[c0 : c0 + self._n_batch], c0)
         kv = list(tokens)
@@ -309,7 +311,7 @@ class DrafterDecoder(_NativeLoop):
         return RuntimeError(self.lib.specee_drafter_last_error().decode())
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
-        smpl = _sampler(self.llm, s)
+        smpl = make_sampler(self.llm, s)
         n_keep = self.cached_prefix(tokens)
         self.lib.specee_drafter_reset_stats(self._handle)
         self._stats = native.DrafterStats()
@@ -429,7 +431,7 @@ class SpecEEDecoder(_NativeLoop):
                 yield tok, rec, cands
 
     def _run(self, tokens: list[int], s: p.Sampling, record: bool) -> Iterator[tuple[int, np.ndarray | None, np.ndarray]]:
-        smpl = _sampler(self.llm, s)
+        smpl = make_sampler(self.llm, s)
         self._configure(s)
         n_keep = self.cached_prefix(tokens)
         self.lib.specee_ee_reset_stats(self._ee)

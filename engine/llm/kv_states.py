@@ -132,15 +132,16 @@ class KvStates:
     def __len__(self) -> int:
         return len(self._states)
 
-    def save(self, tokens: list[int]) -> None:
-        """Keep sequence 0's cache, which holds exactly `tokens`."""
+    def save(self, tokens: list[int], seq: int = 0) -> None:
+        """Keep sequence `seq`'s cache, which holds exactly `tokens` (0: the one-at-a-time path's;
+        others: engine/llm/batched.py's)."""
         if not tokens:
             return
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
         if size <= 0 or size > self.budget:
             return
         buf = (ctypes.c_uint8 * size)()
-        if llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0) != size:
+        if llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq) != size:
             return
         key = tuple(tokens)
         # a saved prefix of this conversation is superseded by the longer state
@@ -159,9 +160,10 @@ class KvStates:
                 best_n, best_key = n, key
         return best_n, best_key
 
-    def restore(self, key: tuple[int, ...]) -> list[int] | None:
-        """Load a saved state into sequence 0 (the live cache is dropped); its tokens, or None
-        (the cache left empty) where llama.cpp refused it."""
+    def restore(self, key: tuple[int, ...], seq: int | None = None) -> list[int] | None:
+        """Load a saved state into sequence 0 (the live cache is dropped), or into sequence `seq`
+        alone (the others decode on); its tokens, or None (that cache left empty) where llama.cpp
+        refused it."""
         if key in self._states:
             data = self._states.pop(key)
         else:
@@ -174,10 +176,17 @@ class KvStates:
                 self._drop(path, exc)
                 return None
         mem = llama_cpp.llama_get_memory(self._ctx)
-        llama_cpp.llama_memory_clear(mem, True)
+
+        def drop() -> None:
+            if seq is None:
+                llama_cpp.llama_memory_clear(mem, True)
+            else:
+                llama_cpp.llama_memory_seq_rm(mem, seq, -1, -1)
+
+        drop()
         buf = data if isinstance(data, ctypes.Array) else (ctypes.c_uint8 * len(data)).from_buffer(data)
-        if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), 0) != len(data):
-            llama_cpp.llama_memory_clear(mem, True)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), seq or 0) != len(data):
+            drop()
             return None
         self._states[key] = data  # most recently used now
         return list(key)

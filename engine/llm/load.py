@@ -33,6 +33,34 @@ def batch_invariant_weights(repack: bool) -> Iterator[None]:
         bindings.llama_model_default_params = original
 
 
+@contextlib.contextmanager
+def parallel_sequences(n_seq: int) -> Iterator[None]:
+    """Contexts created meanwhile hold n_seq sequences (engine/llm/batched.py decodes them together),
+    each in a KV cache of its own (n_ctx / n_seq cells). Not one unified cache: there a sequence's
+    positions could land in cells out of order (a freed hole taken by a later token), flash
+    attention then sums over them in another order, and an answer decoded beside others was no
+    longer the one it gets alone. n_seq 1 changes nothing. llama-cpp-python exposes neither
+    setting, so the defaults are wrapped."""
+    from llama_cpp import llama_cpp as bindings
+
+    if n_seq <= 1:
+        yield
+        return
+    original = bindings.llama_context_default_params
+
+    def params():  # type: ignore[no-untyped-def]
+        cp = original()
+        cp.n_seq_max = n_seq
+        cp.kv_unified = False
+        return cp
+
+    bindings.llama_context_default_params = params
+    try:
+        yield
+    finally:
+        bindings.llama_context_default_params = original
+
+
 def flash_attention(n_gpu_layers: int) -> bool:
     """Flash attention for the target where every layer runs on the CPU: one fused op per layer in
     place of six, 18% more decode tok/s on the default model (92.7 -> 109.3, 16 dev prompts; plain

@@ -159,6 +159,8 @@ class Routes:
             "mode": b.mode,
             "requested_mode": b.requested_mode,
             "busy": b.busy,
+            "in_flight": b.in_flight,
+            "parallel": b.capacity,
             "queued": b.queued,
             "cancelled": b.cancelled,
             "restarts": b.restarts,

@@ -1,22 +1,68 @@
-"""The asyncio side of one engine worker: load, one generation at a time (FIFO), restart after death.
+"""The asyncio side of one engine worker: load, generations in turns (FIFO), restart after death.
 
-The worker answers one request at a time, so requests take turns (an asyncio.Lock wakes waiters in
-arrival order) and each one's events are routed by request_id into its own queue: answers are never
-mixed. A client that goes away mid-answer sends Cancel and keeps the turn until the worker confirms
-(Done), so the next request starts on a free worker. WorkerClient's reader thread hands events to
-the event loop with call_soon_threadsafe.
+The worker decodes up to `parallel` requests together (vanilla and ngram: Loaded.n_parallel) or one
+at a time (eagle, specee, draft), so requests take turns for that many places (Turns wakes waiters
+in arrival order) and each one's events are routed by request_id into its own queue: answers are
+never mixed. A client that goes away mid-answer sends Cancel and keeps its place until the worker
+confirms (Done), so the next request starts on a free place. WorkerClient's reader thread hands
+events to the event loop with call_soon_threadsafe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from engine import protocol as p
 from engine.client import WorkerClient, WorkerError
 from engine.serve.errors import ApiError, for_clients
+
+
+class Turns:
+    """Up to `capacity` holders at once, waiters served in arrival order; the capacity may change
+    (auto switching between a mode that batches and one that does not)."""
+
+    def __init__(self, capacity: int = 1) -> None:
+        self.capacity, self.held = capacity, 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        if self.held < self.capacity and not self._waiters:
+            self.held += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # granted as it was cancelled: pass it on
+                self.release()
+            else:
+                self._waiters.remove(fut)
+            raise
+
+    def release(self) -> None:
+        self.held -= 1
+        self._wake()
+
+    def resize(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.held < self.capacity:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self.held += 1
+                fut.set_result(None)
+
 
 # load errors that a new try would only repeat (a bad file, a broken build, impossible settings)
 FATAL_LOAD_ERRORS = {"model_file", "load_failed", "native", "bad_settings"}
@@ -76,10 +122,14 @@ class EngineBridge:
         placement: p.Placement | None = None,
         max_queue: int = 32,
         log: Callable[[str], None] = lambda _msg: None,
+        parallel: int = 1,
     ) -> None:
+        """parallel: requests the worker may decode together (Load.n_parallel); it uses them in the
+        modes that batch (p.BATCHED_MODES), one at a time in the others."""
         self.model_path, self.requested_mode = Path(model_path), mode
         self.placement = placement or p.Placement()
         self.max_queue = max_queue
+        self.parallel = parallel
         self.log = log
         self.state = "starting"  # starting | loading | ok | error
         self.error = ""
@@ -91,7 +141,7 @@ class EngineBridge:
         self._client = WorkerClient(on_event=self._from_worker_thread)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._control: asyncio.Queue[p.Message] = asyncio.Queue()
-        self._turn = asyncio.Lock()
+        self._turn = Turns(1)  # sized once the worker says what it batches
         self._waiting = 0
         self._streams: dict[str, asyncio.Queue[p.Message]] = {}
         self._abandoned: set[str] = set()
@@ -110,7 +160,21 @@ class EngineBridge:
 
     @property
     def busy(self) -> bool:
-        return self._turn.locked()
+        return self._turn.held > 0
+
+    @property
+    def in_flight(self) -> int:
+        """Requests the worker is answering now (or confirming a cancel of)."""
+        return self._turn.held
+
+    @property
+    def capacity(self) -> int:
+        """Requests answered at once now: the worker's batch in a mode that batches, else 1."""
+        return self._turn.capacity
+
+    def _size_turns(self) -> None:
+        batched = self.loaded is not None and self.mode in p.BATCHED_MODES
+        self._turn.resize(self.loaded.n_parallel if batched and self.loaded is not None else 1)
 
     async def start(self) -> None:
         """Begin loading in the background: the server answers /health (loading) meanwhile."""
@@ -131,7 +195,7 @@ class EngineBridge:
         try:
             self._client.start()
             await self._wait_control(p.Ready, 120)
-            self._client.send(p.Load(str(self.model_path), self.placement, self.requested_mode))
+            self._client.send(p.Load(str(self.model_path), self.placement, self.requested_mode, n_parallel=self.parallel))
             loaded = await self._wait_control(p.Loaded, 900)
         except (WorkerError, TimeoutError) as exc:
             why = for_clients(exc.kind, str(exc)) if isinstance(exc, WorkerError) else str(exc)
@@ -141,6 +205,7 @@ class EngineBridge:
             return
         assert isinstance(loaded, p.Loaded)
         self.loaded, self.mode, self.state, self.error, self._fatal = loaded, loaded.mode, "ok", "", False
+        self._size_turns()
         why = f" ({loaded.mode_reason})" if loaded.mode_reason else ""
         self.log(
             f"ready: {loaded.name or self.model_path.name}, mode {loaded.mode}{why}, loaded in {loaded.load_ms / 1000:.1f} s"
@@ -237,6 +302,7 @@ class EngineBridge:
         if isinstance(msg, p.AutoDecided):  # auto's choice, or an explicit mode's vanilla reference
             switched = msg.mode != self.mode
             self.mode = msg.mode
+            self._size_turns()
             self.log(f"{'auto now runs' if switched else 'still'} {msg.mode}: {msg.mode_reason}")
         elif isinstance(msg, p.Error) and msg.kind == "worker_died":
             self._worker_died(msg)

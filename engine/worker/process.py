@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import replace
 from typing import IO
 
@@ -74,6 +75,9 @@ def main() -> int:
     commands: queue.Queue[p.Message] = queue.Queue()
     cancel = threading.Event()
     current: dict[str, str] = {"request_id": ""}
+    # requests cancelled by id: answers of the batched path, or one still waiting for its turn
+    cancelled_ids: set[str] = set()
+    stopping = threading.Event()  # Shutdown, or the client is gone
 
     def read_commands() -> None:
         for line in sys.stdin:
@@ -90,10 +94,14 @@ def main() -> int:
             if isinstance(msg, p.Cancel):
                 if not msg.request_id or msg.request_id == current["request_id"]:
                     cancel.set()
+                if msg.request_id:
+                    cancelled_ids.add(msg.request_id)
                 continue
             if isinstance(msg, p.Shutdown):
+                stopping.set()
                 cancel.set()
             commands.put(msg)
+        stopping.set()
         cancel.set()
         commands.put(p.Shutdown())
 
@@ -104,6 +112,7 @@ def main() -> int:
     from engine.models.gguf_file import ModelFileError
     from engine.native import build_info
     from engine.placement.machine import backend_report
+    from engine.worker.concurrent import ConcurrentAnswers
     from engine.worker.session import EngineSession, LoadError
 
     try:
@@ -114,8 +123,76 @@ def main() -> int:
     channel.emit(p.Ready(pid=os.getpid(), native=native))
 
     session: EngineSession | None = None
+    together: ConcurrentAnswers | None = None  # the batched path of a session loaded with n_parallel > 1
+    held: deque[p.Message] = deque()  # commands that came while answers decode together and cannot join them
+
+    def refusal(rid: str, exc: Exception) -> p.Error:
+        """A Generate the session refused, as the client is told."""
+        if isinstance(exc, p.SettingsError):
+            return p.Error(rid, p.ErrorKind.BAD_SETTINGS, str(exc))
+        if isinstance(exc, ContextOverflow):
+            return p.Error(rid, p.ErrorKind.CONTEXT_LENGTH_EXCEEDED, str(exc))
+        if isinstance(exc, ChatFormatError):
+            return p.Error(rid, p.ErrorKind.BAD_REQUEST, str(exc))
+        traceback.print_exc()
+        return p.Error(rid, p.ErrorKind.INTERNAL, f"generation failed: {exc}")
+
+    def join(msg: p.Generate) -> None:
+        """Start a request beside the answers being decoded (or alone, as the batch's first)."""
+        assert together is not None
+        if not together.busy:
+            cancel.clear()  # a Cancel with no id that came while nothing ran stops nothing later
+        if msg.request_id in cancelled_ids:  # its client left while it waited
+            cancelled_ids.discard(msg.request_id)
+            channel.emit(p.Done(msg.request_id, p.FinishReason.CANCELLED))
+            return
+        try:
+            msg.sampling.validate()
+            together.admit(msg, time.perf_counter())
+        except Exception as exc:  # the session refused it: the others decode on
+            channel.emit(refusal(msg.request_id, exc))
+
+    def batchable(msg: p.Message) -> bool:
+        return together is not None and session is not None and isinstance(msg, p.Generate) and session.can_batch(msg)
+
     while True:
-        if session is not None and session.has_background_work():
+        if together is not None and together.busy:
+            # decoding together: requests that came meanwhile join at once while there is room, in
+            # arrival order; a command that cannot join waits for the batch to drain, and so does all after it
+            if stopping.is_set():
+                together.cancel_all()
+                break
+            if cancel.is_set():  # a Cancel with no id: whatever runs now
+                cancel.clear()
+                for rid in together.cancel_all():
+                    cancelled_ids.discard(rid)
+            while True:
+                if held:
+                    nxt = held[0]
+                else:
+                    try:
+                        nxt = commands.get_nowait()
+                    except queue.Empty:
+                        break
+                    held.append(nxt)
+                if isinstance(nxt, p.CountTokens) and session is not None and len(held) == 1:
+                    held.popleft()  # no decode needed: answered at once
+                    try:
+                        channel.emit(session.count_tokens(nxt))
+                    except ChatFormatError as exc:
+                        channel.emit(p.Error(nxt.request_id, p.ErrorKind.BAD_REQUEST, str(exc)))
+                    continue
+                if not (batchable(nxt) and together.has_room()):
+                    break
+                held.popleft()
+                assert isinstance(nxt, p.Generate)
+                join(nxt)
+            for rid in together.step(lambda rid: rid in cancelled_ids):
+                cancelled_ids.discard(rid)
+            continue
+        if held:
+            msg = held.popleft()
+        elif session is not None and session.has_background_work():
             # idle: one unit of auto's measurement at a time; a command arriving interrupts it
             try:
                 msg = commands.get(timeout=0.05)
@@ -129,6 +206,7 @@ def main() -> int:
         if isinstance(msg, p.Shutdown):
             break
         if isinstance(msg, p.Load):
+            together = None  # its session goes
             try:
                 msg.validate()  # before the current model goes: a refused load loses nothing
             except p.SettingsError as exc:
@@ -142,6 +220,7 @@ def main() -> int:
                 session = None
             try:
                 session = EngineSession(msg)
+                together = ConcurrentAnswers(session, channel.emit) if session.batch is not None else None
                 channel.emit(session.loaded)
                 continue
             except ModelFileError as exc:
@@ -155,6 +234,7 @@ def main() -> int:
                 refused = p.Error(kind=p.ErrorKind.INTERNAL, message=f"loading failed: {exc}")
             # a refused load keeps the model that was running: it loads again, and says so
             session = _load_again(previous)
+            together = ConcurrentAnswers(session, channel.emit) if session is not None and session.batch is not None else None
             if session is not None:
                 refused.message += f" {session.loaded.name} stays loaded, as it was."
             channel.emit(refused)
@@ -169,6 +249,7 @@ def main() -> int:
             except ChatFormatError as exc:
                 channel.emit(p.Error(msg.request_id, p.ErrorKind.BAD_REQUEST, str(exc)))
         elif isinstance(msg, p.Unload):
+            together = None
             if session is not None:
                 session.close()
                 session = None
@@ -179,22 +260,23 @@ def main() -> int:
             if session is None:
                 channel.emit(p.Error(rid, p.ErrorKind.NO_MODEL, "No model is loaded; load one first."))
                 continue
+            if batchable(msg):
+                join(msg)
+                continue
+            if rid in cancelled_ids:  # its client left while it waited behind answers decoded together
+                cancelled_ids.discard(rid)
+                channel.emit(p.Done(rid, p.FinishReason.CANCELLED))
+                continue
             current["request_id"] = rid
             cancel.clear()
             try:
                 msg.sampling.validate()
                 session.generate(msg, channel.emit, cancel, t0)
-            except p.SettingsError as exc:
-                channel.emit(p.Error(rid, p.ErrorKind.BAD_SETTINGS, str(exc)))
-            except ContextOverflow as exc:
-                channel.emit(p.Error(rid, p.ErrorKind.CONTEXT_LENGTH_EXCEEDED, str(exc)))
-            except ChatFormatError as exc:
-                channel.emit(p.Error(rid, p.ErrorKind.BAD_REQUEST, str(exc)))
             except Exception as exc:
-                traceback.print_exc()
-                channel.emit(p.Error(rid, p.ErrorKind.INTERNAL, f"generation failed: {exc}"))
+                channel.emit(refusal(rid, exc))
             finally:
                 current["request_id"] = ""
+                cancelled_ids.discard(rid)
     if session is not None:
         session.close()
     return 0

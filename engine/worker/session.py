@@ -18,10 +18,11 @@ from engine import protocol as p
 from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.kept_caches import kv_states_root
+from engine.llm.batched import BatchedVanilla, Slot
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.llm.decoders import Decoder, DrafterDecoder, Grammar, SpecEEDecoder, VanillaDecoder
+from engine.llm.decoders import Decoder, DrafterDecoder, Grammar, SpecEEDecoder, VanillaDecoder, make_sampler
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
-from engine.llm.load import batch_invariant_weights, capture_head_layers, flash_attention
+from engine.llm.load import batch_invariant_weights, capture_head_layers, flash_attention, parallel_sequences
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
@@ -31,7 +32,9 @@ from engine.models.weights_check import check_weights
 from engine.native import build_info, exit_archs
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
+from engine.sequences import common_prefix
 from engine.worker import auto
+from engine.worker.answer import AnswerStream, split_stop
 from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
 
 Emit = Callable[[p.Message], None]
@@ -75,11 +78,17 @@ class EngineSession:
 
             lib = native.lib()
             lib.specee_set_first_layers_on_gpu(max(placement.n_gpu_layers, 0), placement.output_on_gpu)
+        # requests decoded together: each its own sequence with a whole context's cells (a unified
+        # cache of n_slots contexts), vanilla rows on the CPU (a GPU's batch kernels differ from its
+        # one-row ones), in the modes that may run them
+        batchable = load.mode in (p.Mode.AUTO, *p.BATCHED_MODES) and placement.n_gpu_layers == 0
+        self.n_slots = load.n_parallel if batchable else 1
+        n_cells = _padded_ctx(placement.n_ctx) * self.n_slots if self.n_slots > 1 else placement.n_ctx
         try:
-            with batch_invariant_weights(repack_is_exact(info)):
+            with batch_invariant_weights(repack_is_exact(info)), parallel_sequences(self.n_slots):
                 self.llm = Llama(
                     model_path=str(Path(load.model_path)),
-                    n_ctx=placement.n_ctx,
+                    n_ctx=n_cells,
                     n_batch=min(512, placement.n_ctx),
                     n_threads=self.n_threads,
                     n_threads_batch=self.n_threads,
@@ -97,6 +106,7 @@ class EngineSession:
             if lib is not None:
                 lib.specee_set_first_layers_on_gpu(-1, False)  # later loads (the EAGLE head) keep upstream's
         self.info = info
+        self.n_ctx = self.llm.n_ctx() // self.n_slots  # one request's context: its prompt and answer
         if not placement.n_threads and self.n_threads > 1:
             self._governor = ThreadGovernor(self._set_threads, self.n_threads, sample=self._sample)
         model = self.llm._model
@@ -131,7 +141,7 @@ class EngineSession:
             n_layer=info.n_layer,
             n_embd=info.n_embd,
             n_vocab=model.n_vocab(),
-            n_ctx=self.llm.n_ctx(),
+            n_ctx=self.n_ctx,
             n_ctx_train=model.n_ctx_train(),
             n_threads=self.n_threads,
             mode=self.mode,
@@ -145,7 +155,11 @@ class EngineSession:
             trainable=acceleration.architecture_supported and not acceleration.eagle_head,
             acceleration=acceleration,
             measuring=self._auto is not None,
+            n_parallel=self.n_slots,
         )
+        # the batched path (engine/worker/concurrent.py); batch_owned: it used the context last
+        self.batch = BatchedVanilla(self.llm, self.n_slots, self.n_ctx) if self.n_slots > 1 else None
+        self._batch_owned = False
 
     def _make_decoder(self, load: p.Load, makers: dict, why_not: dict[str, tuple[p.ErrorKind, str]]) -> tuple[p.Mode, Decoder]:
         """The one place the mode is decided. An explicit mode must be available for this model (else
@@ -153,7 +167,7 @@ class EngineSession:
         the background (AutoCalibration), or takes the decision cached for this model, weights,
         build and machine."""
         if load.mode == p.Mode.VANILLA:
-            return p.Mode.VANILLA, VanillaDecoder(self.llm)
+            return p.Mode.VANILLA, VanillaDecoder(self.llm, self.n_ctx)
         model_path = Path(load.model_path)
         if load.mode != p.Mode.AUTO:
             if load.mode not in makers:
@@ -176,15 +190,15 @@ class EngineSession:
             self.reference = auto.VanillaReference(cached.get("vanilla_reference"))
             self.mode_reason = auto.explain(cached["speeds"], cached["mode"], cached.get("failed"))
             mode = p.Mode(cached["mode"])
-            return mode, makers[mode]() if mode != p.Mode.VANILLA else VanillaDecoder(self.llm)
+            return mode, makers[mode]() if mode != p.Mode.VANILLA else VanillaDecoder(self.llm, self.n_ctx)
         self.mode_reason = f"auto: measuring {', '.join(makers)} against vanilla in the background; vanilla until then"
         return p.Mode.VANILLA, self._calibrate(makers, key, keep_mode=False)
 
     def _calibrate(self, makers: dict, key: str, keep_mode: bool) -> VanillaDecoder:
         """Start measuring `makers` against vanilla in the background (AutoCalibration); keep_mode:
         an explicit mode stays whatever the result, only the speeds are wanted. Returns vanilla's decoder."""
-        vanilla = VanillaDecoder(self.llm)
-        budget = self.llm.n_ctx() // 2
+        vanilla = VanillaDecoder(self.llm, self.n_ctx)
+        budget = self.n_ctx // 2
         prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
         self._auto = auto.AutoCalibration(prompts, makers, vanilla, self.n_threads, self._sample)
         self._auto_key_pending, self._keep_mode = key, keep_mode
@@ -276,6 +290,7 @@ class EngineSession:
         assert cal is not None
         if cal.waiting:
             return None
+        self._to_solo()
         if self._threads_now != self.n_threads:
             self._set_threads(self.n_threads)  # measured with every thread (a busy machine's units don't count)
         was_postponed = cal.postponed
@@ -393,6 +408,10 @@ class EngineSession:
     def close(self) -> None:
         if self._auto is not None:
             self._auto.close()
+        if self.batch is not None:
+            if not self.batch.busy:
+                self._to_solo()
+            self.batch.close()
         if self._kv_states.folder is not None and self.decoder.restorable:
             self._kv_states.save(self.decoder.kv_tokens())  # model switch, quit: kept on disk
             self._kv_states.spill()
@@ -426,7 +445,7 @@ class EngineSession:
 
     def count_tokens(self, req: p.CountTokens) -> p.TokenCount:
         """The message box's count: the prompt a Generate of req.messages + req.text would build."""
-        n_ctx = self.llm.n_ctx()
+        n_ctx = self.n_ctx
         n_text, n_prompt = self.prompt.count(req.messages, req.text)
         return p.TokenCount(req.request_id, n_text, n_prompt, p.prompt_budget(n_ctx, req.max_tokens), n_ctx)
 
@@ -451,19 +470,95 @@ class EngineSession:
         if isinstance(self.decoder, VanillaDecoder):
             return self.decoder
         if self._vanilla is None:
-            self._vanilla = VanillaDecoder(self.llm)
+            self._vanilla = VanillaDecoder(self.llm, self.n_ctx)
         self._vanilla.adopt([])
         self.decoder.forget()
         return self._vanilla
 
-    def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
+    # -- the batched path (engine/worker/concurrent.py drives it) -----------------------------------
+
+    def can_batch(self, req: p.Generate) -> bool:
+        """Whether this request may be decoded beside others now: a worker loaded with n_parallel > 1,
+        in vanilla or ngram (as vanilla rows); grammar, logprobs and the bench's margins keep the
+        one-at-a-time path."""
+        return (
+            self.batch is not None
+            and self.mode in p.BATCHED_MODES
+            and not (
+                req.report_margins or req.needs_vanilla or req.preserved_tokens  # a tool chat: its text shows special tokens
+            )
+        )
+
+    def start_batched(self, req: p.Generate, emit: Emit, t0: float) -> tuple[Slot, AnswerStream]:
+        """Begin the request in a free slot of the batch (its prefill runs in the next steps).
+        SettingsError, ContextOverflow, ChatFormatError as generate() raises them."""
+        assert self.batch is not None and self.batch.free
         req.validate()
         s = req.sampling
-        vanilla = self._vanilla_for(req)
-        decoder: Decoder = vanilla if vanilla is not None else self.decoder
-        mode = p.Mode.VANILLA if vanilla is not None else self.mode
-        n_ctx = self.llm.n_ctx()
-        budget = p.prompt_budget(n_ctx, s.max_tokens)
+        tokens = self._fit_prompt(req, emit)
+        self._to_batch()
+        if not self.batch.busy and self._governor is not None:
+            self._governor.restart()
+        slot = self.batch.pick(tokens)
+        if self._keep_kv:
+            self._switch_slot_cache(slot, tokens)
+        self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))  # make_sampler's dist reads it
+        self.batch.start(slot, tokens, make_sampler(self.llm, s))
+        answer = AnswerStream(req, len(tokens), slot.cached, self, emit, t0, emit_every_s=TOKEN_EMIT_S,
+                              stats_every_s=STATS_INTERVAL_S, n_threads=self._threads_now)  # fmt: skip
+        return slot, answer
+
+    def batch_step(self) -> list[tuple[Slot, int, bool]]:
+        """One decode of the batch: (slot, token, context full) per slot that got a token."""
+        assert self.batch is not None
+        if self._governor is not None:
+            current = self._governor.tick()
+            if current != self._threads_now:
+                self._set_threads(current)
+        return self.batch.step()
+
+    def is_end(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def piece(self, token: int) -> bytes:
+        return self._piece(token)
+
+    def _switch_slot_cache(self, slot: Slot, tokens: list[int]) -> None:
+        """_switch_cache for a slot of the batch: the conversation it held is kept before a prompt
+        replaces most of it, and a kept one sharing more of `tokens` is restored into it."""
+        live = min(common_prefix(slot.kv, tokens), len(tokens) - 1)
+        if len(slot.kv) - live >= MIN_GAIN_TOKENS:
+            self._kv_states.save(slot.kv, seq=slot.seq)
+        n, key = self._kv_states.best(tokens)
+        if key is not None and n >= live + MIN_GAIN_TOKENS:
+            slot.kv = self._kv_states.restore(key, seq=slot.seq) or []
+
+    def _to_batch(self) -> None:
+        """Before the batch uses the context after the one-at-a-time path: sequence 0's cache is
+        handed over (a conversation the solo path answered goes on there)."""
+        assert self.batch is not None
+        if not self._batch_owned:
+            self.batch.forget(self.decoder.kv_tokens() if self.decoder.restorable else [])
+            self._batch_owned = True
+
+    def _to_solo(self) -> None:
+        """Before the one-at-a-time path uses the context after the batch: sequence 0's cache is
+        handed back, the other sequences' are dropped (their cells free again)."""
+        if self.batch is None or not self._batch_owned:
+            return
+        seq0 = self.batch.seq0_tokens()
+        self.batch.forget(seq0)
+        if self.decoder.restorable:
+            self.decoder.adopt(seq0)
+        else:
+            self.decoder.forget()
+        self._batch_owned = False
+
+    def _fit_prompt(self, req: p.Generate, emit: Emit) -> list[int]:
+        """The request's prompt tokens, within the context less the answer's room (ContextOverflow
+        where the request asks for a refusal; else trimmed, a context_trimmed Notice says how)."""
+        n_ctx = self.n_ctx
+        budget = p.prompt_budget(n_ctx, req.sampling.max_tokens)
         if req.prompt:
             fitted = self.prompt.fit_text(req.prompt, budget)
         else:
@@ -486,7 +581,16 @@ class EngineSession:
                     f"The conversation is longer than the {n_ctx}-token context: " + " and ".join(what) + ".",
                 )
             )
-        tokens = fitted.tokens
+        return fitted.tokens
+
+    def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
+        req.validate()
+        self._to_solo()
+        s = req.sampling
+        vanilla = self._vanilla_for(req)
+        decoder: Decoder = vanilla if vanilla is not None else self.decoder
+        mode = p.Mode.VANILLA if vanilla is not None else self.mode
+        tokens = self._fit_prompt(req, emit)
         if self.placement.n_gpu_layers != 0:
             # On a GPU, prompt chunks of up to 32 rows take the one-row kernels (as verify batches
             # must, patch 0012) and longer ones the matrix kernels, so a reused prefix (leaving a
@@ -570,7 +674,7 @@ class EngineSession:
                 assert vanilla is not None
                 logprobs.append(self._token_logprob(vanilla, tok, piece, req.top_logprobs))
             pending += utf8.decode(piece)
-            emit_now, pending, hit = _split_stop(pending, stops, hold)
+            emit_now, pending, hit = split_stop(pending, stops, hold)
             if emit_now:
                 text += emit_now
                 unsent += emit_now
@@ -643,18 +747,7 @@ def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]
     return placement, plan.explanation, predicted
 
 
-def _split_stop(pending: str, stops: list[str], hold: int) -> tuple[str, str, bool]:
-    """(text safe to show, text held back because it may start a stop string, stop found)."""
-    if not stops:
-        return pending, "", False
-    cut = min((i for i in (pending.find(st) for st in stops) if i >= 0), default=-1)
-    if cut >= 0:
-        return pending[:cut], "", True
-    if hold <= 0:
-        return pending, "", False
-    # keep the longest tail that is a prefix of some stop string
-    for k in range(min(hold, len(pending)), 0, -1):
-        tail = pending[-k:]
-        if any(st.startswith(tail) for st in stops):
-            return pending[:-k], tail, False
-    return pending, "", False
+def _padded_ctx(n_ctx: int) -> int:
+    """The context llama.cpp makes of n_ctx (a multiple of 256): a sequence of a batched context
+    gets the room a one-sequence context would have."""
+    return -(-n_ctx // 256) * 256

@@ -1,0 +1,162 @@
+"""Several vanilla sequences decoded together: one llama_decode per step holds the next token of every
+answer being written plus prompt chunks of newly started ones, each in its own sequence (and KV
+cache: engine/llm/load.py parallel_sequences), each sampled by its own sampler chain. The CPU
+kernels are batch-invariant (tests/test_batch_invariance.py) and a sequence attends only to its own
+cache, laid out as it would be alone, so its tokens are those VanillaDecoder gives it alone.
+
+llama.cpp runs one graph for sequences of consecutive ids with as many rows each, and splits the
+rest: a step decoding sequences 0 and 2 costs two passes. New answers take the lowest free
+sequence, unless another free one holds a long enough prefix of the prompt (a conversation going
+on: only what is new is prefilled). Sequence 0 is also the one-at-a-time decoders' (VanillaDecoder,
+the drafters): `forget` hands its cache over between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import llama_cpp
+from llama_cpp import Llama
+from llama_cpp._internals import LlamaSampler
+
+from engine.sequences import common_prefix
+
+# Prompt rows one step may add beside answers being decoded: a new prompt goes in chunks of this
+# many (~0.1 s each for the default model on 2 cores), so the answers already streaming are never
+# held up for a whole long prompt's prefill. A step with nothing to decode takes up to n_batch.
+PREFILL_PER_STEP = 128
+# A free sequence whose cache shares at least this much of a new prompt is taken for it (else the
+# lowest free one): below it, the prefill saved is worth less than a split step
+MIN_REUSE_TOKENS = 64
+
+
+@dataclass(eq=False)
+class Slot:
+    """One sequence of the batch: an answer being written, or (inactive) the cache of a finished one."""
+
+    seq: int
+    kv: list[int] = field(default_factory=list)  # the tokens in this sequence's KV cache
+    prompt: list[int] = field(default_factory=list)
+    n_fed: int = 0  # prompt tokens in the cache: the prefill's progress
+    cached: int = 0  # of them, reused from the previous answer's cache
+    next: int = -1  # the token sampled last, decoded at the next step (-1: none yet)
+    sampler: LlamaSampler | None = None
+    active: bool = False
+    used_at: int = 0  # when it last started (its prefill goes in arrival order)
+    row: int = -1  # the batch row its last token was sampled from (valid until the next step)
+
+
+class BatchedVanilla:
+    """Up to n_slots answers decoded together on one context (created for that many sequences)."""
+
+    def __init__(self, llm: Llama, n_slots: int, n_ctx_seq: int, prefill_per_step: int = PREFILL_PER_STEP) -> None:
+        self._ctx = llm._ctx.ctx
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._n_batch = llm.n_batch
+        self.n_ctx_seq = n_ctx_seq  # one sequence's room: its prompt and answer
+        self.prefill_per_step = max(1, min(prefill_per_step, self._n_batch - n_slots))
+        self.slots = [Slot(seq=i) for i in range(n_slots)]
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._steps = 0
+
+    @property
+    def busy(self) -> bool:
+        return any(s.active for s in self.slots)
+
+    @property
+    def free(self) -> int:
+        return sum(not s.active for s in self.slots)
+
+    def pick(self, tokens: list[int]) -> Slot:
+        """The free slot a prompt goes to (the caller checked that one is free): one whose cache
+        shares enough of it, else the lowest free sequence. Its cache may be replaced before start()."""
+        free = [s for s in self.slots if not s.active]
+        reuse = max(free, key=lambda s: (common_prefix(s.kv, tokens), -s.used_at))
+        return reuse if common_prefix(reuse.kv, tokens) >= MIN_REUSE_TOKENS else free[0]
+
+    def start(self, slot: Slot, tokens: list[int], sampler: LlamaSampler) -> Slot:
+        """Begin the prompt in this free slot (pick()); its prefill runs in the next steps."""
+        if not tokens or len(tokens) >= self.n_ctx_seq:
+            raise ValueError("the prompt is empty or does not fit in the context")
+        assert not slot.active
+        cached = min(common_prefix(slot.kv, tokens), len(tokens) - 1)  # one token re-decoded for its logits
+        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, cached, -1)
+        self._steps += 1
+        slot.kv, slot.prompt, slot.n_fed, slot.cached = tokens[:cached], list(tokens), cached, cached
+        slot.next, slot.sampler, slot.active, slot.used_at, slot.row = -1, sampler, True, self._steps, -1
+        return slot
+
+    def finish(self, slot: Slot) -> None:
+        """The answer ended: the slot is free again, its cache kept for a conversation that goes on."""
+        slot.active, slot.sampler, slot.next, slot.row = False, None, -1, -1
+        if slot.n_fed < len(slot.prompt):  # cancelled mid-prefill: the cache holds only part of it
+            slot.kv = slot.prompt[: slot.n_fed]
+
+    def step(self) -> list[tuple[Slot, int, bool]]:
+        """One decode of every active slot's next row(s); returns (slot, token sampled, context full
+        after it) for each slot that got a token. RuntimeError if llama.cpp fails the decode."""
+        b = self._batch
+        n = 0
+        sampled: list[Slot] = []
+
+        def add(slot: Slot, token: int, pos: int, logits: bool) -> None:
+            nonlocal n
+            b.token[n], b.pos[n], b.n_seq_id[n], b.logits[n] = token, pos, 1, logits
+            b.seq_id[n][0] = slot.seq
+            if logits:
+                slot.row = n
+                sampled.append(slot)
+            n += 1
+
+        decoding = [s for s in self.slots if s.active and s.next >= 0]  # in sequence order: one pass where consecutive
+        for slot in decoding:
+            add(slot, slot.next, len(slot.kv), True)
+        budget = self._n_batch - n if not decoding else self.prefill_per_step
+        fed: list[tuple[Slot, int]] = []
+        for slot in sorted((s for s in self.slots if s.active and s.n_fed < len(s.prompt)), key=lambda s: s.used_at):
+            take = min(budget, len(slot.prompt) - slot.n_fed)
+            if take <= 0:
+                break
+            for i in range(slot.n_fed, slot.n_fed + take):
+                add(slot, slot.prompt[i], i, i == len(slot.prompt) - 1)
+            fed.append((slot, take))
+            budget -= take
+        if n == 0:
+            return []
+        b.n_tokens = n
+        if llama_cpp.llama_decode(self._ctx, b) != 0:
+            raise RuntimeError("llama.cpp could not decode the batch")
+        for slot in decoding:
+            slot.kv.append(slot.next)
+        for slot, take in fed:
+            slot.n_fed += take
+            slot.kv = slot.prompt[: slot.n_fed]
+        out = []
+        for slot in sampled:
+            assert slot.sampler is not None
+            tok = llama_cpp.llama_sampler_sample(slot.sampler.sampler, self._ctx, slot.row)
+            slot.next = tok
+            out.append((slot, tok, len(slot.kv) + 1 >= self.n_ctx_seq))
+        return out
+
+    def logits_row(self, slot: Slot) -> int:
+        """The batch row the slot's last token was sampled from, valid until the next step."""
+        return slot.row
+
+    def seq0_tokens(self) -> list[int]:
+        """Sequence 0's cache, for the one-at-a-time decoder that takes it back."""
+        return list(self.slots[0].kv)
+
+    def forget(self, seq0: list[int]) -> None:
+        """Another decoder used the context: sequence 0 holds `seq0` now (anything past it is
+        dropped), and the other sequences' caches are dropped (their cells free for sequence 0)."""
+        assert not self.busy
+        for slot in self.slots[1:]:
+            llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+            slot.kv = []
+        llama_cpp.llama_memory_seq_rm(self._mem, 0, len(seq0), -1)
+        self.slots[0].kv = list(seq0)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None

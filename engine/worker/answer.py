@@ -1,0 +1,140 @@
+"""One answer of the batched path (engine/worker/concurrent.py) as its tokens come: text pieces sent
+as EngineSession.generate sends them (the first at once, then at most every TOKEN_EMIT_S; text that
+may start a stop string held back), Stats now and then, and Done. The same events a request gets
+on the one-at-a-time path, so the server and the app cannot tell the paths apart."""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from engine import protocol as p
+
+Emit = Callable[[p.Message], None]
+
+
+class TextSource(Protocol):
+    """What an answer needs of the loaded model."""
+
+    def is_end(self, token: int) -> bool: ...
+    def piece(self, token: int) -> bytes: ...
+
+
+class AnswerStream:
+    def __init__(
+        self,
+        req: p.Generate,
+        n_prompt: int,
+        n_cached: int,
+        source: TextSource,
+        emit: Emit,
+        t0: float,
+        *,
+        emit_every_s: float,
+        stats_every_s: float,
+        n_threads: int,
+    ) -> None:
+        self.req, self.n_prompt, self.n_cached = req, n_prompt, n_cached
+        self._source, self._emit, self.t0 = source, emit, t0
+        self._emit_every_s, self._stats_every_s, self._n_threads = emit_every_s, stats_every_s, n_threads
+        self._stops = [st for st in req.sampling.stop if st]
+        self._hold = max((len(st) for st in self._stops), default=1) - 1
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text, self._pending, self._unsent = "", "", ""
+        self.tokens: list[int] = []
+        self._last_sent = self._last_stats = 0.0
+        self.t_first = self.t_last = 0.0
+        self.finish: p.FinishReason | None = None  # set once the answer ended
+        self.n_ctx_used = n_prompt
+
+    @property
+    def request_id(self) -> str:
+        return self.req.request_id
+
+    def add(self, tok: int, context_full: bool) -> bool:
+        """A sampled token; True when the answer ends with it (self.finish says why)."""
+        now = time.perf_counter()
+        self.t_first = self.t_first or now
+        self.t_last = now
+        if self._source.is_end(tok):
+            self.finish = p.FinishReason.STOP
+            return True
+        self.tokens.append(tok)
+        self.n_ctx_used = self.n_prompt + len(self.tokens) - 1
+        self._pending += self._utf8.decode(self._source.piece(tok))
+        show, self._pending, hit = split_stop(self._pending, self._stops, self._hold)
+        if show:
+            self.text += show
+            self._unsent += show
+            if not self._last_sent or now - self._last_sent >= self._emit_every_s:  # the first piece at once
+                self._send(now)
+        if hit:
+            self.finish = p.FinishReason.STOP
+            return True
+        if now - self._last_stats >= self._stats_every_s:
+            self._last_stats = now
+            if self._unsent:  # the meter never counts text not yet shown
+                self._send(now)
+            self._emit(self.stats())
+        s = self.req.sampling
+        if s.max_tokens and len(self.tokens) >= s.max_tokens:
+            self.finish = p.FinishReason.LENGTH
+        elif context_full:
+            self.finish = p.FinishReason.CONTEXT_FULL
+        return self.finish is not None
+
+    def cancel(self) -> None:
+        self.finish = p.FinishReason.CANCELLED
+
+    def _send(self, now: float) -> None:
+        self._emit(p.Token(self.request_id, self._unsent, len(self.tokens) - 1, (now - self.t0) * 1000))
+        self._unsent, self._last_sent = "", now
+
+    def stats(self) -> p.Stats:
+        now_first = self.t_first or time.perf_counter()
+        n_gen = len(self.tokens)
+        decode = (n_gen - 1) / (self.t_last - self.t_first) if n_gen > 1 and self.t_last > self.t_first else 0.0
+        return p.Stats(
+            request_id=self.request_id,
+            mode=p.Mode.VANILLA,
+            n_prompt=self.n_prompt,
+            n_prompt_cached=self.n_cached,
+            n_generated=n_gen,
+            ttft_ms=(now_first - self.t0) * 1000,
+            prefill_tok_s=(self.n_prompt - self.n_cached) / max(now_first - self.t0, 1e-9),
+            decode_tok_s=decode,
+            recent_tok_s=decode,
+            n_ctx_used=self.n_ctx_used,
+            n_threads=self._n_threads,
+        )
+
+    def close(self) -> None:
+        """The last text, Stats and Done (finish: what ended it; an answer cut short by an error gets an Error instead)."""
+        self._pending += self._utf8.decode(b"", final=True)  # after a stop string, pending is already empty
+        self.text += self._pending
+        if self._unsent or self._pending:
+            self._unsent += self._pending
+            self._send(time.perf_counter())
+        self._pending = ""
+        self._emit(self.stats())
+        finish = self.finish or p.FinishReason.CONTEXT_FULL
+        self._emit(p.Done(self.request_id, finish, self.text, self.n_prompt, len(self.tokens), list(self.tokens)))
+
+
+def split_stop(pending: str, stops: list[str], hold: int) -> tuple[str, str, bool]:
+    """(text safe to show, text held back because it may start a stop string, stop found)."""
+    if not stops:
+        return pending, "", False
+    cut = min((i for i in (pending.find(st) for st in stops) if i >= 0), default=-1)
+    if cut >= 0:
+        return pending[:cut], "", True
+    if hold <= 0:
+        return pending, "", False
+    # keep the longest tail that is a prefix of some stop string
+    for k in range(min(hold, len(pending)), 0, -1):
+        tail = pending[-k:]
+        if any(st.startswith(tail) for st in stops):
+            return pending[:-k], tail, False
+    return pending, "", False

@@ -1,0 +1,66 @@
+"""The answers a worker loaded with n_parallel > 1 decodes together (EngineSession's batched path):
+requests join the batch as they arrive, each step decodes one token of every answer being written
+(and prompt chunks of new ones) in one llama_decode, and each answer streams and ends on its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine import protocol as p
+from engine.llm.batched import Slot
+from engine.worker.answer import AnswerStream, Emit
+from engine.worker.session import EngineSession
+
+
+class ConcurrentAnswers:
+    def __init__(self, session: EngineSession, emit: Emit) -> None:
+        self._session, self._emit = session, emit
+        self._answers: dict[Slot, AnswerStream] = {}
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._answers)
+
+    def has_room(self) -> bool:
+        batch = self._session.batch
+        return batch is not None and batch.free > 0
+
+    def admit(self, req: p.Generate, t0: float) -> None:
+        """Start the request beside the others; raises as EngineSession.generate does for a refusal."""
+        slot, answer = self._session.start_batched(req, self._emit, t0)
+        self._answers[slot] = answer
+
+    def step(self, cancelled: Callable[[str], bool]) -> list[str]:
+        """Answers whose client cancelled end first, then one decode; the request ids that ended."""
+        ended = [self._end(slot) for slot, answer in list(self._answers.items()) if cancelled(answer.request_id)]
+        if not self._answers:
+            return ended
+        try:
+            sampled = self._session.batch_step()
+        except RuntimeError as exc:
+            return ended + self.fail(str(exc))
+        for slot, tok, full in sampled:
+            if self._answers[slot].add(tok, full):
+                ended.append(self._end(slot))
+        return ended
+
+    def cancel_all(self) -> list[str]:
+        return [self._end(slot) for slot in list(self._answers)]
+
+    def fail(self, why: str) -> list[str]:
+        """Every answer ends with an Error (llama.cpp failed the batch)."""
+        ended = []
+        for slot, answer in list(self._answers.items()):
+            self._session.batch.finish(slot)  # type: ignore[union-attr]
+            del self._answers[slot]
+            self._emit(p.Error(answer.request_id, p.ErrorKind.INTERNAL, f"generation failed: {why}"))
+            ended.append(answer.request_id)
+        return ended
+
+    def _end(self, slot: Slot) -> str:
+        answer = self._answers.pop(slot)
+        if answer.finish is None:
+            answer.cancel()
+        self._session.batch.finish(slot)  # type: ignore[union-attr]
+        answer.close()
+        return answer.request_id
