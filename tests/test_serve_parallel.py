@@ -16,6 +16,7 @@ from engine import protocol as p
 from engine.cli import main as cli_main
 from engine.serve.bridge import Turns
 from engine.serve.launcher import ServerProcess
+from tests.test_serve import wait_idle
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 QUESTIONS = ["Name a fruit.", "What is 2 plus 2?", "Say hello in French.", "Name a planet."]
@@ -48,16 +49,6 @@ def stream_all(server: ServerProcess, texts: list[str], max_tokens: int) -> list
     for t in threads:
         t.join(180)
     return [out.get(i, "<no answer>") for i in range(len(texts))]
-
-
-def wait_idle(server: ServerProcess, timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = server.health()
-        if state.get("status") == "ok" and not state["busy"] and not state["queued"]:
-            return state
-        time.sleep(0.1)
-    raise AssertionError(f"the server stayed busy: {server.health()}")
 
 
 @pytest.fixture(scope="module")
