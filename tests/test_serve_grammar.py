@@ -300,6 +300,7 @@ def test_tools_and_n_are_still_refused(served: ServerProcess) -> None:
             client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), max_tokens=2, **extra)  # type: ignore[call-overload]
 
 
+@pytest.mark.slow  # json_schema's grammar comes from llama-cpp-python's converter
 def test_llama_cpp_servers_own_grammar_parameters_are_honoured_or_refused() -> None:
     from engine.serve.schema import parse_chat
 
