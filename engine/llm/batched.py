@@ -108,11 +108,18 @@ class BatchedVanilla:
             n += 1
 
         decoding = [s for s in self.slots if s.active and s.next >= 0]  # in sequence order: one pass where consecutive
+        pending = sorted((s for s in self.slots if s.active and s.n_fed < len(s.prompt)), key=lambda s: s.used_at)
+        # A prompt's last chunk goes in a call of its own, before the answers' next rows: beside them
+        # llama.cpp splits the batch by sequence into two passes anyway, and this way the new answer's
+        # first token comes out after its own pass rather than after both
+        answering = bool(decoding)  # answers are waiting: prompts get prefill_per_step rows, not the batch
+        if decoding and pending and len(pending[0].prompt) - pending[0].n_fed <= self.prefill_per_step:
+            decoding = []
         for slot in decoding:
             add(slot, slot.next, len(slot.kv), True)
-        budget = self._n_batch - n if not decoding else self.prefill_per_step
+        budget = self.prefill_per_step if answering else self._n_batch
         fed: list[tuple[Slot, int]] = []
-        for slot in sorted((s for s in self.slots if s.active and s.n_fed < len(s.prompt)), key=lambda s: s.used_at):
+        for slot in pending:
             take = min(budget, len(slot.prompt) - slot.n_fed)
             if take <= 0:
                 break
