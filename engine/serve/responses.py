@@ -15,25 +15,17 @@ from typing import Any
 
 from engine import protocol as p
 from engine.serve.errors import ApiError
-from engine.serve.schema import ROLES, ParsedRequest, _common, _shown, _text
+from engine.serve.schema import ROLES, ParsedRequest, _common, _shown, _text, content_text
 from engine.serve.structured import grammar_for
 
 # parameters of the Responses API this server cannot honour: refused, never silently dropped
 UNSUPPORTED = ("previous_response_id", "conversation", "tools", "tool_choice", "background", "prompt")
-INPUT_TEXT = ("input_text", "output_text", "text")  # content part types that carry plain text
+INPUT_TEXT = (
+    "input_text",
+    "output_text",
+    "text",
+)  # the first names the kind in errors  # content part types that carry plain text
 STATUS = {"stop": "completed", "length": "incomplete", "context_full": "incomplete", "cancelled": "incomplete"}
-
-
-def _message_text(item: dict[str, Any], i: int) -> str:
-    content = item.get("content")
-    param = f"input[{i}].content"
-    if isinstance(content, str):
-        return _text(content, param)
-    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
-        if all(part.get("type") in INPUT_TEXT and isinstance(part.get("text"), str) for part in content):
-            return _text("".join(part["text"] for part in content), param)
-        raise ApiError(400, f"input[{i}]: only text content parts are supported (no images or files here)", param=param)
-    raise ApiError(400, f"{param} must be a string or a list of input_text parts", param=param)
 
 
 def parse_responses(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
@@ -75,7 +67,7 @@ def parse_responses(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
             role = item.get("role")
             if not isinstance(role, str) or role not in ROLES:
                 raise ApiError(400, f"input[{i}].role must be one of {', '.join(ROLES)}", param=f"input[{i}].role")
-            req.messages.append({"role": ROLES[role], "content": _message_text(item, i)})
+            req.messages.append({"role": ROLES[role], "content": content_text(item.get("content"), f"input[{i}]", INPUT_TEXT)})
     else:
         raise ApiError(400, "input must be a non-empty string or a list of messages", param="input")
     turns = [m["role"] for m in req.messages if m["role"] != "system"]

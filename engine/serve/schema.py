@@ -209,17 +209,21 @@ def _completion_logprobs(body: dict[str, Any], req: ParsedRequest) -> None:
     req.logprobs, req.top_logprobs = True, logprobs
 
 
-def _content(message: dict[str, Any], i: int) -> str:
-    content = message.get("content")
-    param = f"messages[{i}].content"
+def content_text(content: Any, where: str, part_types: tuple[str, ...] = ("text",)) -> str:
+    """A message's content as text: a string, or a list of text parts (of these types) joined; this
+    engine reads no images, audio or files."""
+    param = f"{where}.content"
     if isinstance(content, str):
         return _text(content, param)
-    # content parts: text only (this engine reads no images or audio)
     if isinstance(content, list) and all(isinstance(part, dict) for part in content):
-        if all(part.get("type") == "text" and isinstance(part.get("text"), str) for part in content):
+        if all(part.get("type") in part_types and isinstance(part.get("text"), str) for part in content):
             return _text("".join(part["text"] for part in content), param)
-        raise ApiError(400, f"messages[{i}]: only text content parts are supported", param=f"messages[{i}].content")
-    raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", param=f"messages[{i}].content")
+        raise ApiError(400, f"{where}: only text content parts are supported (no images, audio or files here)", param=param)
+    raise ApiError(400, f"{param} must be a string or a list of {part_types[0]} parts", param=param)
+
+
+def _content(message: dict[str, Any], i: int) -> str:
+    return content_text(message.get("content"), f"messages[{i}]")
 
 
 def _structured(body: dict[str, Any], req: ParsedRequest) -> None:
