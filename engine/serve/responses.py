@@ -20,11 +20,8 @@ from engine.serve.structured import grammar_for
 
 # parameters of the Responses API this server cannot honour: refused, never silently dropped
 UNSUPPORTED = ("previous_response_id", "conversation", "tools", "tool_choice", "background", "prompt")
-INPUT_TEXT = (
-    "input_text",
-    "output_text",
-    "text",
-)  # the first names the kind in errors  # content part types that carry plain text
+# content part types that carry plain text (the first names the kind in errors)
+INPUT_TEXT = ("input_text", "output_text", "text")
 STATUS = {"stop": "completed", "length": "incomplete", "context_full": "incomplete", "cancelled": "incomplete"}
 
 
