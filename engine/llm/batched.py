@@ -5,7 +5,8 @@ kernels are batch-invariant (tests/test_batch_invariance.py) and a sequence atte
 cache, laid out as it would be alone, so its tokens are those VanillaDecoder gives it alone.
 
 llama.cpp runs one graph for sequences of consecutive ids with as many rows each, and splits the
-rest: a step decoding sequences 0 and 2 costs two passes. New answers take the lowest free
+rest: a step decoding sequences 0 and 2 would cost two passes, so idle sequences between get a row
+that changes nothing (_pads). New answers take the lowest free
 sequence, unless another free one holds a long enough prefix of the prompt (a conversation going
 on: only what is new is prefilled). Sequence 0 is also the one-at-a-time decoders' (VanillaDecoder,
 the drafters): `forget` hands its cache over between them."""
@@ -115,8 +116,12 @@ class BatchedVanilla:
         answering = bool(decoding)  # answers are waiting: prompts get prefill_per_step rows, not the batch
         if decoding and pending and len(pending[0].prompt) - pending[0].n_fed <= self.prefill_per_step:
             decoding = []
-        for slot in decoding:
-            add(slot, slot.next, len(slot.kv), True)
+        pads = self._pads(decoding)
+        for slot in sorted([*decoding, *pads], key=lambda s: s.seq):
+            if slot in pads:  # its cache's last token again, or a stand-in where it holds none
+                add(slot, slot.kv[-1] if slot.kv else 0, max(len(slot.kv) - 1, 0), False)
+            else:
+                add(slot, slot.next, len(slot.kv), True)
         budget = self.prefill_per_step if answering else self._n_batch
         fed: list[tuple[Slot, int]] = []
         for slot in pending:
@@ -130,7 +135,15 @@ class BatchedVanilla:
         if n == 0:
             return []
         b.n_tokens = n
-        if llama_cpp.llama_decode(self._ctx, b) != 0:
+        for slot in pads:
+            llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, max(len(slot.kv) - 1, 0), -1)
+        ok = llama_cpp.llama_decode(self._ctx, b) == 0
+        for slot in pads:
+            if not slot.kv:
+                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
+            elif not ok:  # its last token may not be back in the cache
+                slot.kv = slot.kv[:-1]
+        if not ok:
             raise RuntimeError("llama.cpp could not decode the batch")
         for slot in decoding:
             slot.kv.append(slot.next)
@@ -144,6 +157,19 @@ class BatchedVanilla:
             slot.next = tok
             out.append((slot, tok, len(slot.kv) + 1 >= self.n_ctx_seq))
         return out
+
+    def _pads(self, decoding: list[Slot]) -> list[Slot]:
+        """The idle slots between the lowest and highest sequence decoding this step. llama.cpp takes
+        a batch's sequences into one pass only while their ids run on (0, 1, 2; not 0, 2), so each
+        idle one between gets a row that changes nothing: its cache's last token decoded again at its
+        own position (the same K and V, the kernels being batch-invariant, in the same cell), or a
+        stand-in removed after. On 2 cores a step of sequences 0, 1, 3 took 17.6-18.5 ms, of 0-3
+        13.9-16.1 ms; 0, 2: 13.9-15.9 ms, 0-2: 12.6-13.8 ms."""
+        if not decoding:
+            return []
+        busy = {s.seq for s in decoding}
+        lo, hi = min(busy), max(busy)
+        return [s for s in self.slots[lo:hi] if s.seq not in busy and not s.active]
 
     def logits_row(self, slot: Slot) -> int:
         """The batch row the slot's last token was sampled from, valid until the next step."""
