@@ -152,3 +152,34 @@ def test_auto_measures_in_the_background_and_explains_its_choice(
         assert done.n_generated == 8
         # an explicitly chosen mode gets the same measurements, so its meter shows the ratio to vanilla
         assert client.load(model_path, p.Placement(n_ctx=1024), mode="ngram").measured_tok_s == speeds
+
+
+def test_training_stopped_mid_epoch_resumes_to_the_very_same_head(
+    tiny_head: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long run is stopped and restarted many times (issue 25): stopped between two batches of an
+    epoch, it resumes from its last checkpoint and ends with the head an unstopped run gives."""
+    from engine.train import eagle_train as et
+
+    data = tiny_head.parents[2] / "work" / "train-data"
+    monkeypatch.setattr(et, "CHECKPOINT_EVERY_S", 0.0)  # a checkpoint after every batch
+    kw = {"epochs": 2, "draft_vocab": 512, "max_tokens": 64}
+    straight = et.train_head(str(model_path), data, tmp_path / "straight", **kw)["head"].state_dict()
+    real, calls = et.loss_fn, []
+
+    def stopped_at_the_third_batch(*args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(et, "loss_fn", stopped_at_the_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        et.train_head(str(model_path), data, tmp_path / "stopped", **kw)
+    ckpt = torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=False)
+    assert (ckpt["epoch"], ckpt["batch"]) == (0, 2)  # mid-epoch
+    monkeypatch.setattr(et, "loss_fn", real)
+    resumed = et.train_head(str(model_path), data, tmp_path / "stopped", **kw)["head"].state_dict()
+    assert straight.keys() == resumed.keys()
+    for key, value in straight.items():
+        assert torch.equal(value, resumed[key]), key

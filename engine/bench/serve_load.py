@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", help="GGUF path or registered id (default: the default model)")
     ap.add_argument("--mode", default="auto", help="the server's acceleration mode")
     ap.add_argument("--parallel", type=int, help="the server's --parallel (default: its own, sized by the machine)")
+    ap.add_argument("--threads", type=int, help="the server's --threads (default: auto, following the machine's load)")
     ap.add_argument("--url", help="measure a server that is already running (e.g. http://127.0.0.1:8080)")
     ap.add_argument("--api-key", help="that server's API key")
     ap.add_argument("--conversation-tokens", type=int, default=0,
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         url, api_key = args.url.rstrip("/"), args.api_key
     else:
         extra = ["--parallel", str(args.parallel)] if args.parallel is not None else []
+        extra += ["--threads", str(args.threads)] if args.threads is not None else []
         server = ServerProcess(model=args.model, mode=args.mode, extra_args=extra)
         print("starting specee serve ...", file=sys.stderr)
         url, api_key = server.start(), None

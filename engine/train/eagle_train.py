@@ -22,6 +22,7 @@ from engine.train.eagle_head import EagleHead, HeadConfig
 
 STEP_WEIGHT = 0.8  # loss weight decays per unrolled step, as in EAGLE-3
 PROMPT_ROW_WEIGHT = 0.2
+CHECKPOINT_EVERY_S = 600.0  # within an epoch too: an epoch of 10x today's data is ~40 min on 2 cores
 
 
 @dataclass
@@ -280,23 +281,38 @@ def train_head(
         head.down.weight.mul_(0.1)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     ckpt_path = out_dir / "checkpoint.pt"
-    start_epoch, history, elapsed = 0, [], 0.0
+    start_epoch, start_batch, history, elapsed, losses = 0, 0, [], 0.0, []
+    best_score, best_state, best_epoch = -1.0, None, 0
     if ckpt_path.exists():
         ckpt = torch.load(ckpt_path, weights_only=False)
         head.load_state_dict(ckpt["head"], strict=False)
         opt.load_state_dict(ckpt["opt"])
         start_epoch, history, elapsed = ckpt["epoch"], ckpt["history"], ckpt.get("elapsed", 0.0)
-        print(f"resumed from {ckpt_path} at epoch {start_epoch}")
-    rng = random.Random(seed)
-    best_score, best_state, best_epoch = -1.0, None, 0
+        start_batch, losses = ckpt.get("batch", 0), ckpt.get("losses", [])
+        best_score, best_state, best_epoch = ckpt.get("best_score", -1.0), ckpt.get("best"), ckpt.get("best_epoch", 0)
+        print(f"resumed from {ckpt_path} at epoch {start_epoch + 1}, batch {start_batch}")
     per_epoch = len(make_batches(seqs, max_tokens, random.Random(0)))
-    total_batches, done_batches = epochs * per_epoch, start_epoch * per_epoch
+    total_batches, done_batches = epochs * per_epoch, start_epoch * per_epoch + start_batch
     t_start = time.monotonic() - elapsed
+
+    def checkpoint(epoch: int, batch: int) -> None:
+        """Where training stands: a run stopped at any point resumes here (epoch done, batches of
+        the next one done), with its best head so far."""
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "batch": batch, "losses": losses,
+                    "history": history, "elapsed": time.monotonic() - t_start, "cfg": cfg.as_dict(), "d2t": head.d2t,
+                    "best": best_state, "best_score": best_score, "best_epoch": best_epoch}, tmp)  # fmt: skip
+        tmp.replace(ckpt_path)
+
     for epoch in range(start_epoch, epochs):
-        batches = make_batches(seqs, max_tokens, rng)
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch")
-        losses = []
-        for idx in bar:
+        # each epoch's order from its own seed: a resumed epoch takes the batches it had
+        batches = make_batches(seqs, max_tokens, random.Random(seed * 100_003 + epoch))
+        first = start_batch if epoch == start_epoch else 0
+        bar = tqdm(desc=f"epoch {epoch + 1}/{epochs}", unit="batch", initial=first, total=len(batches))
+        if first == 0:
+            losses = []
+        saved_at = time.monotonic()
+        for i, idx in enumerate(batches[first:], start=first):
             frac = done_batches / max(1, total_batches)
             for group in opt.param_groups:  # warm-up then cosine
                 group["lr"] = lr * min(1.0, (done_batches + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
@@ -308,7 +324,12 @@ def train_head(
             opt.step()
             losses.append(float(loss.detach()))
             done_batches += 1
+            bar.update(1)
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+            if time.monotonic() - saved_at >= CHECKPOINT_EVERY_S and i + 1 < len(batches):
+                checkpoint(epoch, i + 1)
+                saved_at = time.monotonic()
+        bar.close()
         entry = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "elapsed_s": time.monotonic() - t_start}
         if eval_seqs:
             entry["eval"] = evaluate(head, eval_seqs, steps, t2d)
@@ -318,10 +339,7 @@ def train_head(
                 best_state = {k: v.detach().clone() for k, v in head.state_dict().items()}
                 best_epoch = epoch + 1
         history.append(entry)
-        tmp = ckpt_path.with_suffix(".tmp")
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch + 1, "history": history,
-                    "elapsed": time.monotonic() - t_start, "cfg": cfg.as_dict(), "d2t": head.d2t}, tmp)  # fmt: skip
-        tmp.replace(ckpt_path)
+        checkpoint(epoch + 1, 0)
         if time_budget_s and time.monotonic() - t_start > time_budget_s:
             print(f"time budget of {time_budget_s:.0f}s reached after epoch {epoch + 1}")
             break
