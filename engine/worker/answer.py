@@ -46,6 +46,7 @@ class AnswerStream:
         self.tokens: list[int] = []
         self._last_sent = self._last_stats = 0.0
         self.t_first = self.t_last = 0.0
+        self.n_sampled = 0  # the end-of-generation token included: its decode step counts (EngineSession.generate)
         self.finish: p.FinishReason | None = None  # set once the answer ended
         self.n_ctx_used = n_prompt
 
@@ -58,6 +59,7 @@ class AnswerStream:
         now = time.perf_counter()
         self.t_first = self.t_first or now
         self.t_last = now
+        self.n_sampled += 1
         if self._source.is_end(tok):
             self.finish = p.FinishReason.STOP
             return True
@@ -95,7 +97,8 @@ class AnswerStream:
     def stats(self) -> p.Stats:
         now_first = self.t_first or time.perf_counter()
         n_gen = len(self.tokens)
-        decode = (n_gen - 1) / (self.t_last - self.t_first) if n_gen > 1 and self.t_last > self.t_first else 0.0
+        n = self.n_sampled
+        decode = (n - 1) / (self.t_last - self.t_first) if n > 1 and self.t_last > self.t_first else 0.0
         return p.Stats(
             request_id=self.request_id,
             mode=p.Mode.VANILLA,

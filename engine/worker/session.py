@@ -610,6 +610,7 @@ class EngineSession:
         unsent, last_sent = "", 0.0  # text decoded but not yet sent, and when a Token last went out
         finish = p.FinishReason.CONTEXT_FULL  # when the token stream ends on its own
         t_first = t_last = 0.0
+        n_sampled = 0  # tokens the decoder gave, the end-of-generation one included
         last_stats = 0.0
         band = auto.prompt_band(len(tokens))
         recent: deque[tuple[float, int]] = deque()  # (time, tokens generated): the last second of decode
@@ -622,9 +623,10 @@ class EngineSession:
         machine_before = self._sample()  # was the machine quiet while this answer ran?
 
         def decode_speed() -> float:
-            """Tokens after the first over the time since it: the prompt's prefill never counts."""
-            n_gen = len(out_tokens)
-            return (n_gen - 1) / (t_last - t_first) if n_gen > 1 and t_last > t_first else 0.0
+            """Tokens sampled after the first over the time since it: the prompt's prefill never
+            counts, and the end-of-generation token does, as the decode step it cost (llama-server
+            counts it too: leaving it out read a 20-token answer 5% slow)."""
+            return (n_sampled - 1) / (t_last - t_first) if n_sampled > 1 and t_last > t_first else 0.0
 
         def stats() -> p.Stats:
             now_first = t_first or time.perf_counter()
@@ -656,6 +658,7 @@ class EngineSession:
         for tok in gen:
             if governor is not None:
                 threads_used.add(governor.tick())
+            n_sampled += 1
             now = time.perf_counter()
             if not t_first:
                 t_first = now
