@@ -168,6 +168,7 @@ def spec_lib() -> ctypes.CDLL:
         "specee_drafter_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
         "specee_drafter_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(DrafterStats)], i32),
         "specee_drafter_n_past": ([vp], i32),
+        "specee_drafter_draft_context": ([vp], vp),
         "specee_drafter_reset_stats": ([vp], None),
     }
     return _bind(handle, sigs)

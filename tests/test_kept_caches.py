@@ -134,3 +134,47 @@ def test_a_disk_budget_outside_the_limits_is_refused() -> None:
     for bad in (-1, p.KV_DISK_BUDGET_MAX + 1, 1.5, True):
         with pytest.raises(p.SettingsError, match="kv_disk_budget"):
             p.Load("m.gguf", kv_disk_budget=bad).validate()  # type: ignore[arg-type]
+
+
+def test_an_eagle_conversation_drafts_after_a_restart_as_it_goes_on_in_the_same_process(model_path: Path) -> None:
+    """eagle keeps its head's own cache beside the target's (tagged with the head's sha256): after a
+    restart the next answer is drafted exactly as it is when the conversation goes on in the same
+    process (the same drafts accepted, not a head that starts from nothing), and its tokens are a
+    full prefill's."""
+    a1 = [{"role": "user", "content": TOPIC_A}]
+
+    def follow_up(done_a1: p.Done) -> list[dict[str, str]]:
+        return [*a1, {"role": "assistant", "content": done_a1.text}, {"role": "user", "content": "And in winter? " * 3}]
+
+    for f in _state_files():
+        f.unlink()
+    same = _worker(model_path, p.Mode.EAGLE)
+    try:
+        done_a1, _ = _answer(same, a1)
+        done_same, stats_same = _answer(same, follow_up(done_a1))
+    finally:
+        same.stop()
+    for f in _state_files():
+        f.unlink()
+    first = _worker(model_path, p.Mode.EAGLE)
+    try:
+        assert _answer(first, a1)[0].tokens == done_a1.tokens
+    finally:
+        first.stop()  # quit: the target's and the head's caches go to disk
+    assert len(_state_files()) == 1
+    again = _worker(model_path, p.Mode.EAGLE)
+    try:
+        done, stats = _answer(again, follow_up(done_a1))
+    finally:
+        again.stop()
+    assert stats.n_prompt_cached >= done_a1.n_prompt - 4, "restored from disk after the restart"
+    assert done.tokens == done_same.tokens
+    drafts = ("drafted", "accepted")
+    assert [stats.accel[k] for k in drafts] == [stats_same.accel[k] for k in drafts], (stats.accel, stats_same.accel)
+    for f in _state_files():
+        f.unlink()
+    cold = _worker(model_path, p.Mode.EAGLE)
+    try:
+        assert _answer(cold, follow_up(done_a1))[0].tokens == done.tokens  # lossless: a full prefill's answer
+    finally:
+        cold.stop()

@@ -18,6 +18,8 @@ from llama_cpp._internals import LlamaSampler
 
 from engine import native
 from engine import protocol as p
+from engine.hashing import sha256_file
+from engine.llm.kv_states import Aux
 from engine.models.exit_predictors import ExitPredictors
 from engine.sequences import common_prefix
 
@@ -38,7 +40,10 @@ class Decoder(Protocol):
     restorable: bool
 
     def kv_tokens(self) -> list[int]: ...
-    def adopt(self, tokens: list[int]) -> None: ...
+    # the target's cache holds `tokens` now (restored, or handed back by the batch); `aux`: the
+    # drafter's own cache of them saved with it (head_state), if any
+    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None: ...
+    def head_state(self) -> Aux | None: ...  # the drafter's own cache, to keep beside the target's
 
 
 @dataclass(frozen=True)
@@ -190,8 +195,11 @@ class VanillaDecoder:
     def kv_tokens(self) -> list[int]:
         return list(self._kv)
 
-    def adopt(self, tokens: list[int]) -> None:
+    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
         self._kv = list(tokens)
+
+    def head_state(self) -> Aux | None:
+        return None
 
     def accel_stats(self) -> dict[str, float]:
         return {}
@@ -264,8 +272,11 @@ class _NativeLoop:
     def kv_tokens(self) -> list[int]:
         return list(self._kv)
 
-    def adopt(self, tokens: list[int]) -> None:
+    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
         self._kv = list(tokens)
+
+    def head_state(self) -> Aux | None:
+        return None
 
     def forget(self) -> None:
         self._kv = []
@@ -290,8 +301,10 @@ class DrafterDecoder(_NativeLoop):
     ) -> None:
         self.llm = llm
         self.drafter = drafter
-        # the n-gram drafters read the prompt the prefill hands them: the target's cache is all
-        self.restorable = drafter == "copy" or drafter.startswith("ngram")
+        # the n-gram drafters read the prompt the prefill hands them: the target's cache is all; an
+        # EAGLE head's own cache is kept beside it (head_state) and rows past what it shares trimmed
+        self.restorable = drafter in ("copy", "eagle") or drafter.startswith("ngram")
+        self._head_id = sha256_file(Path(draft_model)) if drafter == "eagle" and draft_model is not None else ""
         self.lib = native.spec_lib()
         self.n_draft = n_draft
         self._handle = None
@@ -309,6 +322,40 @@ class DrafterDecoder(_NativeLoop):
 
     def _error(self) -> RuntimeError:
         return RuntimeError(self.lib.specee_drafter_last_error().decode())
+
+    def _head_ctx(self) -> Any:
+        return self.lib.specee_drafter_draft_context(self._handle) if self._head_id else None
+
+    def head_state(self) -> Aux | None:
+        """The EAGLE head's cache of the target's tokens (its sequence 0), tagged with the head's
+        sha256: restored with the target's, the next answer drafts exactly as it would have in the
+        same process (rows past the kept tokens are dropped by the next prefill)."""
+        ctx = self._head_ctx()
+        if not ctx:
+            return None
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        if size <= 0 or llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0) != size:
+            return None
+        return self._head_id, buf
+
+    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
+        """The target's cache holds `tokens` now. The head's cache is set from `aux` where that was
+        saved with them by this head; else its rows are kept only as far as the tokens it saw
+        agree with the new ones (a row pairs token P+1 with the target's features at P)."""
+        ctx = self._head_ctx()
+        if ctx:
+            mem = llama_cpp.llama_get_memory(ctx)
+            restored = False
+            if aux is not None and aux[0] == self._head_id:
+                llama_cpp.llama_memory_seq_rm(mem, 0, -1, -1)
+                data = aux[1]
+                buf = data if isinstance(data, ctypes.Array) else (ctypes.c_uint8 * len(data)).from_buffer(data)
+                restored = llama_cpp.llama_state_seq_set_data(ctx, buf, len(data), 0) == len(data)
+            if not restored:
+                keep = max(0, min(common_prefix(self._kv, tokens), len(tokens)) - 1)
+                llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)
+        self._kv = list(tokens)
 
     def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
         smpl = make_sampler(self.llm, s)

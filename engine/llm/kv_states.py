@@ -26,9 +26,13 @@ DEFAULT_BUDGET_BYTES = 512 * 1024 * 1024
 # a saved state is worth restoring only when it spares this many more tokens than the live cache
 MIN_GAIN_TOKENS = 32
 MAGIC = b"SPECEE-KV1\n"
+# ... with a drafter's own cache beside the target's (an EAGLE head's, tagged with the head it is of)
+MAGIC_AUX = b"SPECEE-KV2\n"
 # a state as llama.cpp wrote it (a ctypes array) or as read from disk (a view of a bytearray): both
 # go back to llama.cpp without a copy; a 3000-token state of the default model is ~78 MB
 Buffer = Any
+# a drafter's own cache saved beside the target's: (what it is of, e.g. the head file's sha256; its state)
+Aux = tuple[str, Buffer]
 log = logging.getLogger(__name__)
 
 
@@ -41,14 +45,21 @@ def _file_name(tokens: tuple[int, ...]) -> str:
     return hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()[:32] + ".kv"
 
 
-def _write(path: Path, tokens: tuple[int, ...], data: Buffer) -> None:
-    head = MAGIC + struct.pack("<I", len(tokens)) + struct.pack(f"<{len(tokens)}i", *tokens) + struct.pack("<Q", len(data))
-    digest = hashlib.sha256(head)
-    digest.update(data)
+def _write(path: Path, tokens: tuple[int, ...], data: Buffer, aux: Aux | None = None) -> None:
+    magic = MAGIC_AUX if aux is not None else MAGIC
+    parts = [
+        magic + struct.pack("<I", len(tokens)) + struct.pack(f"<{len(tokens)}i", *tokens) + struct.pack("<Q", len(data)),
+        data,
+    ]
+    if aux is not None:
+        tag = aux[0].encode()
+        parts += [struct.pack("<I", len(tag)) + tag + struct.pack("<Q", len(aux[1])), aux[1]]
+    digest = hashlib.sha256()
     tmp = path.with_suffix(".tmp")
     with tmp.open("wb") as f:
-        f.write(head)
-        f.write(data)
+        for part in parts:
+            digest.update(part)
+            f.write(part)
         f.write(digest.digest())
     tmp.replace(path)
 
@@ -56,7 +67,7 @@ def _write(path: Path, tokens: tuple[int, ...], data: Buffer) -> None:
 def _read_tokens(path: Path) -> tuple[int, ...]:
     with path.open("rb") as f:
         head = f.read(len(MAGIC) + 4)
-        if len(head) != len(MAGIC) + 4 or not head.startswith(MAGIC):
+        if len(head) != len(MAGIC) + 4 or not head.startswith((MAGIC, MAGIC_AUX)):
             raise ValueError("not a saved KV state")
         (n,) = struct.unpack("<I", head[len(MAGIC) :])
         raw = f.read(4 * n)
@@ -65,7 +76,7 @@ def _read_tokens(path: Path) -> tuple[int, ...]:
         return struct.unpack(f"<{n}i", raw)
 
 
-def _read(path: Path) -> tuple[tuple[int, ...], memoryview]:
+def _read(path: Path) -> tuple[tuple[int, ...], memoryview, Aux | None]:
     with path.open("rb") as f:  # into a bytearray: its views go to llama.cpp without a copy
         raw = bytearray(path.stat().st_size)
         f.readinto(raw)
@@ -76,9 +87,18 @@ def _read(path: Path) -> tuple[tuple[int, ...], memoryview]:
     off = len(MAGIC) + 4 + 4 * len(tokens)
     (size,) = struct.unpack("<Q", body[off : off + 8])
     data = body[off + 8 : off + 8 + size]
-    if len(data) != size or off + 8 + size + 32 != len(body):
+    off += 8 + size
+    aux = None
+    if body[: len(MAGIC_AUX)] == MAGIC_AUX:
+        (n_tag,) = struct.unpack("<I", body[off : off + 4])
+        tag = bytes(body[off + 4 : off + 4 + n_tag]).decode()
+        off += 4 + n_tag
+        (n_aux,) = struct.unpack("<Q", body[off : off + 8])
+        aux = (tag, body[off + 8 : off + 8 + n_aux])
+        off += 8 + n_aux
+    if len(data) != size or off + 32 != len(body):
         raise ValueError("damaged (sizes)")
-    return tokens, data
+    return tokens, data, aux
 
 
 class KvStates:
@@ -88,7 +108,9 @@ class KvStates:
     ) -> None:  # fmt: skip
         self._ctx = ctx
         self.budget, self.disk_budget = budget_bytes, disk_budget_bytes
-        self._states: OrderedDict[tuple[int, ...], Buffer] = OrderedDict()
+        # tokens -> (the target's state, a drafter's beside it or None)
+        self._states: OrderedDict[tuple[int, ...], tuple[Buffer, Aux | None]] = OrderedDict()
+        self.restored_aux: Aux | None = None  # what the last restore() found beside the target's state
         self.folder = folder
         self._disk: dict[tuple[int, ...], Path] = {}
         if folder is not None and folder.is_dir():
@@ -103,13 +125,13 @@ class KvStates:
         log.warning("ignored the saved KV state %s (%s); that conversation is prefilled again", f, why)
         f.unlink(missing_ok=True)
 
-    def _to_disk(self, key: tuple[int, ...], data: Buffer) -> None:
+    def _to_disk(self, key: tuple[int, ...], state: tuple[Buffer, Aux | None]) -> None:
         if self.folder is None or self.disk_budget <= 0:
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / _file_name(key)
-            _write(path, key, data)
+            _write(path, key, *state)
             self._disk[key] = path
             files = sorted(self.folder.parent.glob("*/*.kv"), key=lambda f: f.stat().st_mtime)
             total = sum(f.stat().st_size for f in files)
@@ -123,18 +145,18 @@ class KvStates:
 
     def spill(self) -> None:
         """Everything kept in memory to disk (the model is being closed)."""
-        for key, data in self._states.items():
-            self._to_disk(key, data)
+        for key, state in self._states.items():
+            self._to_disk(key, state)
 
     def used_bytes(self) -> int:
-        return sum(len(b) for b in self._states.values())
+        return sum(len(b) + (len(aux[1]) if aux else 0) for b, aux in self._states.values())
 
     def __len__(self) -> int:
         return len(self._states)
 
-    def save(self, tokens: list[int], seq: int = 0) -> None:
+    def save(self, tokens: list[int], seq: int = 0, aux: Aux | None = None) -> None:
         """Keep sequence `seq`'s cache, which holds exactly `tokens` (0: the one-at-a-time path's;
-        others: engine/llm/batched.py's)."""
+        others: engine/llm/batched.py's), and `aux` beside it (a drafter's own cache of them)."""
         if not tokens:
             return
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
@@ -147,7 +169,7 @@ class KvStates:
         # a saved prefix of this conversation is superseded by the longer state
         for old in [k for k in self._states if len(k) <= len(key) and key[: len(k)] == k]:
             del self._states[old]
-        self._states[key] = buf  # no copy into bytes: llama.cpp takes this array back as it is
+        self._states[key] = (buf, aux)  # no copy into bytes: llama.cpp takes this array back as it is
         while self.used_bytes() > self.budget:
             self._to_disk(*self._states.popitem(last=False))
 
@@ -163,13 +185,14 @@ class KvStates:
     def restore(self, key: tuple[int, ...], seq: int | None = None) -> list[int] | None:
         """Load a saved state into sequence 0 (the live cache is dropped), or into sequence `seq`
         alone (the others decode on); its tokens, or None (that cache left empty) where llama.cpp
-        refused it."""
+        refused it. `restored_aux` then holds the drafter's state saved beside it, if any."""
+        self.restored_aux = None
         if key in self._states:
-            data = self._states.pop(key)
+            data, aux = self._states.pop(key)
         else:
             path = self._disk.pop(key)
             try:
-                tokens, data = _read(path)
+                tokens, data, aux = _read(path)
                 if tokens != key:
                     raise ValueError("tokens differ from its index")
             except (OSError, ValueError, struct.error) as exc:
@@ -188,5 +211,6 @@ class KvStates:
         if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), seq or 0) != len(data):
             drop()
             return None
-        self._states[key] = data  # most recently used now
+        self._states[key] = (data, aux)  # most recently used now
+        self.restored_aux = aux
         return list(key)

@@ -413,7 +413,7 @@ class EngineSession:
                 self._to_solo()
             self.batch.close()
         if self._kv_states.folder is not None and self.decoder.restorable:
-            self._kv_states.save(self.decoder.kv_tokens())  # model switch, quit: kept on disk
+            self._kv_states.save(self.decoder.kv_tokens(), aux=self.decoder.head_state())  # model switch, quit: kept on disk
             self._kv_states.spill()
         self.decoder.close()
         if self._vanilla is not None:
@@ -455,10 +455,10 @@ class EngineSession:
         live = self.decoder.cached_prefix(tokens)
         leaving = self.decoder.kv_tokens()
         if len(leaving) - live >= MIN_GAIN_TOKENS:
-            self._kv_states.save(leaving)
+            self._kv_states.save(leaving, aux=self.decoder.head_state())
         n, key = self._kv_states.best(tokens)
         if key is not None and n >= live + MIN_GAIN_TOKENS:
-            self.decoder.adopt(self._kv_states.restore(key) or [])
+            self.decoder.adopt(self._kv_states.restore(key) or [], self._kv_states.restored_aux)
 
     def _vanilla_for(self, req: p.Generate) -> VanillaDecoder | None:
         """The vanilla decoder a request with a grammar or logprobs runs in, whatever the mode: the

@@ -24,6 +24,8 @@ LLAMA_API int32_t specee_eagle_step(struct specee_eagle * e, struct llama_sample
                                     int32_t max_out, struct specee_drafter_stats * stats);
 LLAMA_API int32_t specee_eagle_n_past(const struct specee_eagle * e);
 LLAMA_API void    specee_eagle_reset_stats(struct specee_eagle * e);
+// As specee_drafter_draft_context.
+LLAMA_API struct llama_context * specee_eagle_draft_context(const struct specee_eagle * e);
 
 #ifdef __cplusplus
 }

@@ -288,6 +288,10 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     return n_out;
 }
 
+llama_context * specee_eagle_draft_context(const specee_eagle * e) {
+    return e->dft;
+}
+
 int32_t specee_eagle_n_past(const specee_eagle * e) {
     return e->n_past;
 }

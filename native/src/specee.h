@@ -65,6 +65,10 @@ LLAMA_API int32_t specee_drafter_step(struct specee_drafter * d, struct llama_sa
 // Tokens now in the target's KV cache (the prompt and all emitted tokens but the newest).
 LLAMA_API int32_t specee_drafter_n_past(const struct specee_drafter * d);
 LLAMA_API void    specee_drafter_reset_stats(struct specee_drafter * d);
+// The drafter's own context (an EAGLE head's, a draft model's), NULL for the n-gram drafters: its
+// sequence 0 holds the head's cache of the prefix, which the worker saves and restores beside the
+// target's (llama_state_seq_*) so that a kept conversation drafts as it would have gone on.
+LLAMA_API struct llama_context * specee_drafter_draft_context(const struct specee_drafter * d);
 
 // ---- SpecEE early exit (early-exit.cpp) ----------------------------------------------------
 // Each step decodes one token with the target; the EAGLE head's top-n_cand tokens are the

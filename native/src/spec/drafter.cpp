@@ -279,6 +279,10 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
     return n_out;
 }
 
+llama_context * specee_drafter_draft_context(const specee_drafter * s) {
+    return s->eagle != nullptr ? specee_eagle_draft_context(s->eagle) : s->dft;
+}
+
 int32_t specee_drafter_n_past(const specee_drafter * s) {
     return s->eagle != nullptr ? specee_eagle_n_past(s->eagle) : (int32_t) s->prompt.size();
 }
