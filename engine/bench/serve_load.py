@@ -26,7 +26,9 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from tqdm import tqdm
@@ -49,6 +51,18 @@ DOCUMENT = "Here is one more paragraph of the notes we keep going over, about li
 FOLLOW_UPS = ["And the tides?", "And the ships?", "Who kept the lamp?", "What changed in winter?"]
 
 
+def sse_chunks(resp: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The JSON chunks of an OpenAI-style event stream up to [DONE]; an error event raises."""
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            raise RuntimeError(chunk["error"]["message"])
+        yield chunk
+
+
 def stream_chat(url: str, model: str, prompt: str | list[dict[str, str]], max_tokens: int, api_key: str | None) -> Result:
     """One streaming chat request over plain HTTP (no client library needed to measure); `prompt`:
     the user's question, or a whole history."""
@@ -69,13 +83,7 @@ def stream_chat(url: str, model: str, prompt: str | list[dict[str, str]], max_to
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
     ttft, tokens, n_prompt, text = 0.0, 0, 0, []
-    for raw in resp:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
-        if "error" in chunk:
-            raise RuntimeError(chunk["error"]["message"])
+    for chunk in sse_chunks(resp):
         content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
         if content:
             ttft = ttft or time.perf_counter() - t0

@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
+from engine.bench.serve_load import sse_chunks
+
 WEATHER = {
     "type": "function",
     "function": {
@@ -106,13 +108,7 @@ class Client:
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         finish = ""
-        for raw in self._request({**body, "stream": True}):
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                raise RuntimeError(chunk["error"]["message"])
+        for chunk in sse_chunks(self._request({**body, "stream": True})):
             for choice in chunk["choices"]:
                 delta = choice["delta"]
                 content.append(delta.get("content") or "")
