@@ -329,6 +329,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return run_bench(
             str(resolve_model(args.model)), prompts, modes, args.max_tokens, args.warmup, args.ctx, args.threads,
             args.upstream_python, n_gpu_layers=args.gpu_layers, layout=layout, peer_server=_peer_server(args, modes),
+            repeat=args.repeat,
         )  # fmt: skip
 
     report = bench()
@@ -724,6 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", default=str(Path(__file__).resolve().parent.parent / "resources/prompts/dev.jsonl"))
     bench.add_argument("--max-tokens", type=int, default=64)
     bench.add_argument("--warmup", type=int, default=2)
+    bench.add_argument("--repeat", type=int, default=1,
+                       help="run each prompt N times per mode (modes taking turns); keep each mode's median run")  # fmt: skip
     bench.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     bench.add_argument("--ctx", type=int, default=4096)
     bench.add_argument("--threads", type=int, default=0)

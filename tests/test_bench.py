@@ -42,6 +42,24 @@ def test_bench_reports_speed_for_vanilla(model_path: Path) -> None:
     assert all(s["n_generated"] <= 8 and s["tokens"] for s in report["samples"]["vanilla"])
 
 
+def test_repeat_keeps_each_prompts_median_run(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--repeat N: every prompt N times per mode, and the run of median speed is what the report keeps."""
+    from engine.bench import runner
+
+    real, speeds = runner._run_one, iter([30.0, 10.0, 20.0, 5.0, 50.0, 40.0])
+
+    def scripted(client, prompt, sampling, report_margins=False):  # type: ignore[no-untyped-def]
+        got = real(client, prompt, sampling, report_margins)
+        if not report_margins:  # the untimed fidelity pass keeps its own
+            got.decode_tok_s = next(speeds)
+        return got
+
+    monkeypatch.setattr(runner, "_run_one", scripted)
+    report = run_bench(str(model_path), load_prompts(DEV_PROMPTS)[:2], ["vanilla"], max_tokens=4, warmup=0, n_ctx=1024, repeat=3)
+    assert report["repeat"] == 3
+    assert [s["decode_tok_s"] for s in report["samples"]["vanilla"]] == [20.0, 40.0]
+
+
 def test_cli_bench_writes_json(model_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
     rc = cli(["bench", "--model", str(model_path), "--limit", "2", "--warmup", "0", "--max-tokens", "4", "--json", str(out)])
