@@ -178,3 +178,27 @@ def test_an_eagle_conversation_drafts_after_a_restart_as_it_goes_on_in_the_same_
         assert _answer(cold, follow_up(done_a1))[0].tokens == done.tokens  # lossless: a full prefill's answer
     finally:
         cold.stop()
+
+
+@pytest.mark.slow  # engine.llm loads llama.cpp
+@pytest.mark.parametrize("aux", [None, ("head-sha", bytearray(b"head state " * 100))])
+def test_a_state_file_reads_back_as_written_and_any_damage_is_refused(aux: tuple | None, tmp_path: Path) -> None:
+    """The file format of kept states (SPECEE-KV1; SPECEE-KV2 with a drafter's cache beside the
+    target's): read back as written; a flipped byte anywhere, or a cut, is refused as damaged."""
+    from engine.llm import kv_states
+
+    path, tokens, data = tmp_path / "s.kv", (5, 6, 7), bytearray(b"target state " * 300)
+    kv_states._write(path, tokens, data, aux)
+    got_tokens, got_data, got_aux = kv_states._read(path)
+    assert (got_tokens, bytes(got_data)) == (tokens, bytes(data)) and kv_states._read_tokens(path) == tokens
+    assert (got_aux[0], bytes(got_aux[1])) == (aux[0], bytes(aux[1])) if aux else got_aux is None
+    raw = path.read_bytes()
+    for where in (len(kv_states.MAGIC) + 20, len(raw) - 40, len(raw) // 2):
+        broken = bytearray(raw)
+        broken[where] ^= 0x01
+        path.write_bytes(bytes(broken))
+        with pytest.raises(ValueError):
+            kv_states._read(path)
+    path.write_bytes(raw[: len(raw) - 10])
+    with pytest.raises(ValueError):
+        kv_states._read(path)
