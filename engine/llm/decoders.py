@@ -19,7 +19,7 @@ from llama_cpp._internals import LlamaSampler
 from engine import native
 from engine import protocol as p
 from engine.hashing import sha256_file
-from engine.llm.kv_states import Aux
+from engine.llm.kv_states import Aux, seq_state, set_seq_state
 from engine.models.exit_predictors import ExitPredictors
 from engine.sequences import common_prefix
 
@@ -331,13 +331,8 @@ class DrafterDecoder(_NativeLoop):
         sha256: restored with the target's, the next answer drafts exactly as it would have in the
         same process (rows past the kept tokens are dropped by the next prefill)."""
         ctx = self._head_ctx()
-        if not ctx:
-            return None
-        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        if size <= 0 or llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0) != size:
-            return None
-        return self._head_id, buf
+        buf = seq_state(ctx, 0) if ctx else None
+        return (self._head_id, buf) if buf is not None else None
 
     def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
         """The target's cache holds `tokens` now. The head's cache is set from `aux` where that was
@@ -349,11 +344,9 @@ class DrafterDecoder(_NativeLoop):
             restored = False
             if aux is not None and aux[0] == self._head_id:
                 llama_cpp.llama_memory_seq_rm(mem, 0, -1, -1)
-                data = aux[1]
-                buf = data if isinstance(data, ctypes.Array) else (ctypes.c_uint8 * len(data)).from_buffer(data)
-                restored = llama_cpp.llama_state_seq_set_data(ctx, buf, len(data), 0) == len(data)
+                restored = set_seq_state(ctx, 0, aux[1])
             if not restored:
-                keep = max(0, min(common_prefix(self._kv, tokens), len(tokens)) - 1)
+                keep = max(0, common_prefix(self._kv, tokens) - 1)
                 llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)
         self._kv = list(tokens)
 

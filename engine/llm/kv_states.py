@@ -36,6 +36,22 @@ Aux = tuple[str, Buffer]
 log = logging.getLogger(__name__)
 
 
+def seq_state(ctx: Any, seq: int, max_bytes: int | None = None) -> Buffer | None:
+    """A context's sequence state (llama_state_seq_get_data), or None: empty, over max_bytes, refused."""
+    size = llama_cpp.llama_state_seq_get_size(ctx, seq)
+    if size <= 0 or (max_bytes is not None and size > max_bytes):
+        return None
+    buf = (ctypes.c_uint8 * size)()
+    return buf if llama_cpp.llama_state_seq_get_data(ctx, buf, size, seq) == size else None
+
+
+def set_seq_state(ctx: Any, seq: int, data: Buffer) -> bool:
+    """Load a state seq_state() made (a ctypes array, or a view of a file read into a bytearray:
+    either goes back to llama.cpp without a copy) into the context's sequence `seq`."""
+    buf = data if isinstance(data, ctypes.Array) else (ctypes.c_uint8 * len(data)).from_buffer(data)
+    return llama_cpp.llama_state_seq_set_data(ctx, buf, len(data), seq) == len(data)
+
+
 def folder_key(model_sha256: str, build_key: str, n_ctx: int, n_batch: int) -> str:
     """What a saved state is valid for: the model file, our native build and the context settings."""
     return hashlib.sha256(f"{model_sha256}|{build_key}|{n_ctx}|{n_batch}".encode()).hexdigest()[:32]
@@ -159,11 +175,8 @@ class KvStates:
         others: engine/llm/batched.py's), and `aux` beside it (a drafter's own cache of them)."""
         if not tokens:
             return
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
-        if size <= 0 or size > self.budget:
-            return
-        buf = (ctypes.c_uint8 * size)()
-        if llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq) != size:
+        buf = seq_state(self._ctx, seq, self.budget)
+        if buf is None:
             return
         key = tuple(tokens)
         # a saved prefix of this conversation is superseded by the longer state
@@ -207,8 +220,7 @@ class KvStates:
                 llama_cpp.llama_memory_seq_rm(mem, seq, -1, -1)
 
         drop()
-        buf = data if isinstance(data, ctypes.Array) else (ctypes.c_uint8 * len(data)).from_buffer(data)
-        if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), seq or 0) != len(data):
+        if not set_seq_state(self._ctx, seq or 0, data):
             drop()
             return None
         self._states[key] = (data, aux)  # most recently used now
