@@ -5,12 +5,13 @@ from __future__ import annotations
 import ctypes
 import json
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 10
+EXPECTED_API_VERSION = 11
 
 
 class NativeBuildError(RuntimeError):
@@ -91,6 +92,17 @@ def lib() -> ctypes.CDLL:
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
     }
     return _bind(handle, sigs)
+
+
+@cache
+def interrupt_hooks() -> tuple[Callable[[int, int | None, int | None], None], int]:
+    """(llama_set_abort_callback, the address of specee_interrupt_requested): a context whose abort
+    callback is that function with a bool's address stops its decode once the bool is set. A
+    prototype of its own, so llama-cpp-python's binding of the setter keeps its argument types."""
+    handle = lib()
+    vp = ctypes.c_void_p
+    setter = ctypes.CFUNCTYPE(None, vp, vp, vp)(ctypes.cast(handle.llama_set_abort_callback, vp).value)
+    return setter, ctypes.cast(handle.specee_interrupt_requested, vp).value  # type: ignore[return-value]
 
 
 @cache

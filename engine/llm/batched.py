@@ -9,16 +9,24 @@ rest: a step decoding sequences 0 and 2 would cost two passes, so idle sequences
 that changes nothing (_pads). New answers take the lowest free
 sequence, unless another free one holds a long enough prefix of the prompt (a conversation going
 on: only what is new is prefilled). Sequence 0 is also the one-at-a-time decoders' (VanillaDecoder,
-the drafters): `forget` hands its cache over between them."""
+the drafters): `forget` hands its cache over between them.
+
+A request that comes while answers are being decoded need not wait out the step (~14 ms for four
+answers of the default model on 2 cores; a client that asks again as soon as its answer ends comes
+just after a step began): another thread calls interrupt(), a step that only decodes answers stops
+between graph nodes (specee_interrupt_requested), its rows are dropped from the cache, and the next
+step starts the new prompt. The stopped step is decoded again, the same tokens at the same positions."""
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 
 import llama_cpp
 from llama_cpp import Llama
 from llama_cpp._internals import LlamaSampler
 
+from engine.native import interrupt_hooks
 from engine.sequences import common_prefix
 
 # Prompt rows one step may add beside answers being decoded: a new prompt goes in chunks of this
@@ -58,6 +66,17 @@ class BatchedVanilla:
         self.slots = [Slot(seq=i) for i in range(n_slots)]
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._steps = 0
+        self._interrupt = ctypes.c_bool(False)  # raised by another thread: a request came (interrupt())
+        self.n_interrupted = 0  # steps that gave way to one
+
+    def interrupt(self) -> None:
+        """From any thread: a request came that can join. A step decoding answers only (no prompt rows)
+        stops between graph nodes and returns no tokens; the caller starts the request and steps on."""
+        self._interrupt.value = True
+
+    def rearm(self) -> None:
+        """Before the caller looks for new requests: an interrupt() after this stops the next step."""
+        self._interrupt.value = False
 
     @property
     def busy(self) -> bool:
@@ -137,13 +156,24 @@ class BatchedVanilla:
         b.n_tokens = n
         for slot in pads:
             llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, max(len(slot.kv) - 1, 0), -1)
-        ok = llama_cpp.llama_decode(self._ctx, b) == 0
+        rc = self._decode(b, interruptible=bool(decoding) and not fed)  # stopping it loses no prefill
         for slot in pads:
             if not slot.kv:
                 llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
-            elif not ok:  # its last token may not be back in the cache
+            elif rc != 0:  # its last token may not be back in the cache
                 slot.kv = slot.kv[:-1]
-        if not ok:
+        if rc != 0:
+            # llama.cpp dropped the failed ubatch's rows; any earlier ubatch's rows go too, so every
+            # sequence's cache is what its Slot says (the rows are decoded again next step)
+            for slot in pads:
+                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, len(slot.kv), -1)
+            for slot in decoding:
+                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, len(slot.kv), -1)
+            for slot, _ in fed:
+                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, slot.n_fed, -1)
+            if rc == 2:  # interrupted: a request came
+                self.n_interrupted += 1
+                return []
             raise RuntimeError("llama.cpp could not decode the batch")
         for slot in decoding:
             slot.kv.append(slot.next)
@@ -157,6 +187,17 @@ class BatchedVanilla:
             slot.next = tok
             out.append((slot, tok, len(slot.kv) + 1 >= self.n_ctx_seq))
         return out
+
+    def _decode(self, batch: llama_cpp.llama_batch, interruptible: bool) -> int:
+        """llama_decode's result: 0, 2 when interrupt() stopped it, else a failure."""
+        if not interruptible:
+            return llama_cpp.llama_decode(self._ctx, batch)
+        set_abort, requested = interrupt_hooks()
+        set_abort(self._ctx, requested, ctypes.addressof(self._interrupt))
+        try:
+            return llama_cpp.llama_decode(self._ctx, batch)
+        finally:  # only this step may stop: the one-at-a-time decoders share the context
+            set_abort(self._ctx, None, None)
 
     def _pads(self, decoding: list[Slot]) -> list[Slot]:
         """The idle slots between the lowest and highest sequence decoding this step. llama.cpp takes

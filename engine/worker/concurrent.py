@@ -25,6 +25,21 @@ class ConcurrentAnswers:
         batch = self._session.batch
         return batch is not None and batch.free > 0
 
+    def interrupt(self, req: p.Message) -> None:
+        """From the command reader: a request that can join the answers being decoded stops the step
+        under way (BatchedVanilla.interrupt) instead of waiting it out."""
+        batch = self._session.batch
+        if (
+            batch is not None and self._answers and batch.free > 0
+            and isinstance(req, p.Generate) and self._session.can_batch(req)
+        ):  # fmt: skip
+            batch.interrupt()
+
+    def rearm(self) -> None:
+        """Before new requests are looked for: only a request that comes after this stops the next step."""
+        if self._session.batch is not None:
+            self._session.batch.rearm()
+
     def admit(self, req: p.Generate, t0: float) -> None:
         """Start the request beside the others; raises as EngineSession.generate does for a refusal."""
         slot, answer = self._session.start_batched(req, self._emit, t0)

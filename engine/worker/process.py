@@ -78,6 +78,7 @@ def main() -> int:
     # requests cancelled by id: answers of the batched path, or one still waiting for its turn
     cancelled_ids: set[str] = set()
     stopping = threading.Event()  # Shutdown, or the client is gone
+    batched: list[ConcurrentAnswers | None] = [None]  # the batched path of the loaded session, for the reader
 
     def read_commands() -> None:
         for line in sys.stdin:
@@ -101,6 +102,8 @@ def main() -> int:
                 stopping.set()
                 cancel.set()
             commands.put(msg)
+            if (together_now := batched[0]) is not None:
+                together_now.interrupt(msg)  # a request that can join stops the step under way
         stopping.set()
         cancel.set()
         commands.put(p.Shutdown())
@@ -166,6 +169,7 @@ def main() -> int:
                 cancel.clear()
                 for rid in together.cancel_all():
                     cancelled_ids.discard(rid)
+            together.rearm()
             while True:
                 if held:
                     nxt = held[0]
@@ -206,7 +210,7 @@ def main() -> int:
         if isinstance(msg, p.Shutdown):
             break
         if isinstance(msg, p.Load):
-            together = None  # its session goes
+            together = batched[0] = None  # its session goes
             try:
                 msg.validate()  # before the current model goes: a refused load loses nothing
             except p.SettingsError as exc:
@@ -221,6 +225,7 @@ def main() -> int:
             try:
                 session = EngineSession(msg)
                 together = ConcurrentAnswers(session, channel.emit) if session.batch is not None else None
+                batched[0] = together
                 channel.emit(session.loaded)
                 continue
             except ModelFileError as exc:
@@ -235,6 +240,7 @@ def main() -> int:
             # a refused load keeps the model that was running: it loads again, and says so
             session = _load_again(previous)
             together = ConcurrentAnswers(session, channel.emit) if session is not None and session.batch is not None else None
+            batched[0] = together
             if session is not None:
                 refused.message += f" {session.loaded.name} stays loaded, as it was."
             channel.emit(refused)
@@ -249,7 +255,7 @@ def main() -> int:
             except ChatFormatError as exc:
                 channel.emit(p.Error(msg.request_id, p.ErrorKind.BAD_REQUEST, str(exc)))
         elif isinstance(msg, p.Unload):
-            together = None
+            together = batched[0] = None
             if session is not None:
                 session.close()
                 session = None

@@ -184,6 +184,13 @@ LLAMA_API const char * specee_devices_json(void);
 LLAMA_API const char * specee_measure_memory(const char * model_path, int32_t n_ctx, int32_t n_gpu_layers, int32_t n_first,
                                              bool output_on_gpu);
 
+// ---- Interrupting a decode (interrupt.cpp) ----------------------------------------------------
+// An abort callback for llama_set_abort_callback(ctx, specee_interrupt_requested, flag): the decode
+// stops between graph nodes once another thread sets the bool at `flag`, and llama_decode returns 2
+// with the batch's positions removed from the cache (`specee serve`'s batch gives way to a request
+// that just came rather than making it wait out a step). The CPU backend asks; others run to the end.
+LLAMA_API bool specee_interrupt_requested(void * flag);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,95 @@
+"""A request that comes while answers decode together stops the step under way (engine/llm/batched.py
+interrupt): the stopped step returns no tokens, leaves every cache as its Slot says, and is decoded
+again, so each answer is still token for token its one-at-a-time answer, on the real default model.
+The interrupt is raised before the step here (the worker's reader thread raises it mid-step): the
+decode then stops at its first graph node, the same path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import protocol as p
+
+pytestmark = pytest.mark.slow
+
+N_SEQ, N_CTX_SEQ = 3, 512
+
+
+def _prompt(llm: Any, question: str) -> list[int]:
+    text = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    return llm.tokenize(text.encode(), add_bos=False, special=True)
+
+
+@pytest.fixture(scope="module")
+def llms(model_path: Path) -> Iterator[tuple[Any, Any]]:
+    from llama_cpp import Llama
+
+    from engine.llm.load import batch_invariant_weights, parallel_sequences
+
+    def load(n_seq: int) -> Any:
+        with batch_invariant_weights(False), parallel_sequences(n_seq):
+            return Llama(model_path=str(model_path), n_ctx=N_CTX_SEQ * n_seq, n_batch=512, n_threads=2,
+                         flash_attn=True, verbose=False)  # fmt: skip
+
+    yield load(N_SEQ), load(1)
+
+
+def _solo(llm: Any, tokens: list[int], n: int) -> list[int]:
+    from engine.llm.decoders import VanillaDecoder
+
+    dec = VanillaDecoder(llm)
+    dec.forget()
+    out = []
+    for tok in dec.stream(tokens, p.Sampling.greedy(n)):
+        out.append(tok)
+        if len(out) == n:
+            break
+    dec.close()
+    return out
+
+
+def test_interrupted_steps_are_decoded_again_and_change_no_answer(llms: tuple[Any, Any]) -> None:
+    from engine.llm.batched import BatchedVanilla
+    from engine.llm.decoders import make_sampler
+
+    llm, solo = llms
+    questions = ["Name three fruits.", "What is 2 plus 2?", "Describe the sea in two sentences."]
+    prompts = [_prompt(llm, q) for q in questions]
+    bv = BatchedVanilla(llm, N_SEQ, N_CTX_SEQ)
+    a, b, c = bv.slots
+    bv.start(a, prompts[0], make_sampler(llm, p.Sampling.greedy(64)))
+    bv.start(c, prompts[2], make_sampler(llm, p.Sampling.greedy(64)))
+    got: dict[int, list[int]] = {0: [], 1: [], 2: []}
+
+    def step() -> int:
+        out = bv.step()
+        for slot, tok, _full in out:
+            got[slot.seq].append(tok)
+        return len(out)
+
+    bv.interrupt()
+    assert step() == 2  # a step with prompt rows never stops: their prefill would be lost
+    bv.rearm()
+    for k in range(30):
+        if k % 3 == 0:
+            bv.interrupt()
+            kv = [list(s.kv) for s in bv.slots]
+            assert step() == 0  # stopped: no tokens, every answer's cache as it was
+            for slot, before in zip(bv.slots, kv, strict=True):
+                # an idle sequence padded between two answers gives back the row it decoded again
+                assert slot.kv == (before[:-1] if k > 20 and slot is b else before)
+            bv.rearm()
+        if k == 10:  # a request joins the middle sequence: its prompt goes alone, then three answers
+            bv.start(b, prompts[1], make_sampler(llm, p.Sampling.greedy(64)))
+        if k == 20:
+            bv.finish(b)  # it ends: the middle sequence is padded between the other two
+        assert step() > 0
+    assert bv.n_interrupted == 10
+    for seq in (0, 2):
+        assert got[seq] == _solo(solo, prompts[seq], len(got[seq]))
+    assert got[1] == _solo(solo, prompts[1], len(got[1]))
+    bv.close()
