@@ -100,6 +100,8 @@ def interrupt_hooks() -> tuple[Callable[[int, int | None, int | None], None], in
     callback is that function with a bool's address stops its decode once the bool is set. A
     prototype of its own, so llama-cpp-python's binding of the setter keeps its argument types."""
     handle = lib()
+    handle.specee_interrupt_quiet_log.argtypes, handle.specee_interrupt_quiet_log.restype = [], None
+    handle.specee_interrupt_quiet_log()  # a stopped step's routine warnings stay out of the log
     vp = ctypes.c_void_p
     setter = ctypes.CFUNCTYPE(None, vp, vp, vp)(ctypes.cast(handle.llama_set_abort_callback, vp).value)
     return setter, ctypes.cast(handle.specee_interrupt_requested, vp).value  # type: ignore[return-value]

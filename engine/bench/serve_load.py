@@ -14,6 +14,12 @@ Long conversations instead: each client keeps its own chat, opened by a ~N-token
 resends the whole history every turn, as OpenAI clients do; the server's kept conversation caches
 should spare each turn the shared prefix (time to first token near a single client's, not a full
 prefill per request).
+
+    python -m engine.bench.serve_load --clients 4 --requests 32 --mode vanilla --vs-single
+
+The same requests from one client first, then from N, each on a server of its own, and the ratio of
+their times to first token (the target: N clients under 2x one). A server started here keeps its
+conversation caches in a folder of its own, so no earlier run's saved prompts answer for it.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -164,6 +172,7 @@ def run(
         "requests_per_s": round(len(results) / wall, 3),
         "output_tok_per_s": round(sum(r.tokens for r in results) / wall, 1),
         "ttft_ms_p50": round(statistics.median(ttft), 1) if ttft else None,
+        "ttft_ms_mean": round(statistics.mean(ttft), 1) if ttft else None,
         "ttft_ms_p95": round(percentile(ttft, 0.95), 1) if ttft else None,
         "latency_ms_p50": round(statistics.median(total), 1) if total else None,
         "latency_ms_p95": round(percentile(total, 0.95), 1) if total else None,
@@ -184,32 +193,64 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--api-key", help="that server's API key")
     ap.add_argument("--conversation-tokens", type=int, default=0,
                     help="each client keeps one long conversation opened by a document of about this many tokens")  # fmt: skip
+    ap.add_argument("--vs-single", action="store_true",
+                    help="the same requests from one client first; report the ratio of the times to first token")  # fmt: skip
     ap.add_argument("--json", help="write the full report here")
     args = ap.parse_args(argv)
-    server = None
-    if args.url:
-        url, api_key = args.url.rstrip("/"), args.api_key
-    else:
-        extra = ["--parallel", str(args.parallel)] if args.parallel is not None else []
-        extra += ["--threads", str(args.threads)] if args.threads is not None else []
-        server = ServerProcess(model=args.model, mode=args.mode, extra_args=extra)
-        print("starting specee serve ...", file=sys.stderr)
-        url, api_key = server.start(), None
-    try:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/models", headers=headers), timeout=30) as r:
-            model = json.load(r)["data"][0]["id"]
-        report = run(url, model, args.clients, args.requests, args.max_tokens, api_key, args.conversation_tokens)
-        with urllib.request.urlopen(f"{url}/health", timeout=30) as r:
-            health = json.load(r)
-            report.update(model=model, mode=health.get("mode", "?"), parallel=health.get("parallel", 1))
-    finally:
-        if server is not None:
-            server.stop()
+    if args.vs_single and args.url:
+        ap.error("--vs-single starts a server per pass; it cannot measure one that runs (--url)")
+    if args.vs_single:
+        single = measure(args, clients=1)
+        print(summary(single, args), file=sys.stderr)
+    report = measure(args, clients=args.clients)
+    if args.vs_single:
+        for key in ("ttft_ms_p50", "ttft_ms_mean"):
+            report[f"{key}_vs_single"] = round(report[key] / max(single[key], 1e-9), 2)
+        report["single"] = {k: v for k, v in single.items() if k != "results"}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
-    print(
+    print(summary(report, args))
+    return 1 if report["errors"] else 0
+
+
+def measure(args: argparse.Namespace, clients: int) -> dict:
+    """One pass: on the server at --url, or on a fresh one with a cache folder of its own."""
+    if args.url:
+        return measure_at(args.url.rstrip("/"), args.api_key, args, clients)
+    extra = ["--parallel", str(args.parallel)] if args.parallel is not None else []
+    extra += ["--threads", str(args.threads)] if args.threads is not None else []
+    server = ServerProcess(model=args.model, mode=args.mode, extra_args=extra)
+    print(f"starting specee serve for {clients} client{'s' if clients > 1 else ''} ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="specee-serve-load-") as cache:
+        before = os.environ.get("SPECEE_CACHE_DIR")
+        os.environ["SPECEE_CACHE_DIR"] = cache  # the server's environment is read at start
+        try:
+            url = server.start()
+        finally:
+            if before is None:
+                os.environ.pop("SPECEE_CACHE_DIR")
+            else:
+                os.environ["SPECEE_CACHE_DIR"] = before
+        try:
+            return measure_at(url, None, args, clients)
+        finally:
+            server.stop()
+
+
+def measure_at(url: str, api_key: str | None, args: argparse.Namespace, clients: int) -> dict:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/models", headers=headers), timeout=30) as r:
+        model = json.load(r)["data"][0]["id"]
+    report = run(url, model, clients, args.requests, args.max_tokens, api_key, args.conversation_tokens)
+    with urllib.request.urlopen(f"{url}/health", timeout=30) as r:
+        health = json.load(r)
+        report.update(model=model, mode=health.get("mode", "?"), parallel=health.get("parallel", 1))
+    return report
+
+
+def summary(report: dict, args: argparse.Namespace) -> str:
+    return (
         f"{report['model']} ({report['mode']}, {report['parallel']} at once), {report['clients']} streaming clients,"
         f" {report['requests']} requests of"
         f" {report['max_tokens']} tokens"
@@ -220,11 +261,16 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
         + f": {report['requests_per_s']} requests/s, {report['output_tok_per_s']} tok/s;"
-        f" time to first token p50 {report['ttft_ms_p50']} ms, p95 {report['ttft_ms_p95']} ms;"
-        f" latency p50 {report['latency_ms_p50']} ms, p95 {report['latency_ms_p95']} ms"
+        f" time to first token p50 {report['ttft_ms_p50']} ms, mean {report['ttft_ms_mean']} ms,"
+        f" p95 {report['ttft_ms_p95']} ms"
+        + (
+            f" ({report['ttft_ms_p50_vs_single']}x one client's p50, {report['ttft_ms_mean_vs_single']}x its mean)"
+            if "ttft_ms_p50_vs_single" in report
+            else ""
+        )
+        + f"; latency p50 {report['latency_ms_p50']} ms, p95 {report['latency_ms_p95']} ms"
         + (f"; {len(report['errors'])} errors: {report['errors'][0]}" if report["errors"] else "")
     )
-    return 1 if report["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -190,6 +190,9 @@ LLAMA_API const char * specee_measure_memory(const char * model_path, int32_t n_
 // with the batch's positions removed from the cache (`specee serve`'s batch gives way to a request
 // that just came rather than making it wait out a step). The CPU backend asks; others run to the end.
 LLAMA_API bool specee_interrupt_requested(void * flag);
+// Drops llama_decode's per-sequence warning about the rows of a stopped batch (routine for an
+// interrupted step) before the log callback set now; other lines pass. Once per process suffices.
+LLAMA_API void specee_interrupt_quiet_log(void);
 
 #ifdef __cplusplus
 }
