@@ -98,3 +98,31 @@ def test_interrupted_steps_are_decoded_again_and_change_no_answer(
     bv.close()
     # llama.cpp's warning per sequence of a stopped batch stays out of the worker's log
     assert "removing memory module entries" not in capfd.readouterr().err
+
+
+def test_only_a_request_that_can_join_stops_the_step() -> None:
+    """ConcurrentAnswers.interrupt, which the worker's command reader calls for every command: a step
+    stops only while answers are being decoded, a place is free and the request may join them."""
+    from types import SimpleNamespace
+
+    from engine.worker.concurrent import ConcurrentAnswers
+
+    raised: list[bool] = []
+    batch = SimpleNamespace(free=1, interrupt=lambda: raised.append(True), rearm=lambda: raised.clear())
+    session = SimpleNamespace(batch=batch, can_batch=lambda req: not req.logprobs)
+    answers = ConcurrentAnswers(session, lambda _msg: None)  # type: ignore[arg-type]
+    ask = p.Generate("r", [{"role": "user", "content": "hi"}])
+    answers.interrupt(ask)
+    assert not raised  # nothing being decoded: the request starts at once anyway
+    answers._answers[object()] = object()  # type: ignore[index]
+    for no in (p.CountTokens("c", [{"role": "user", "content": "hi"}]), p.Generate("r", prompt="x", logprobs=True)):
+        answers.interrupt(no)  # a command that is not a request, a request that cannot join
+    assert not raised
+    batch.free = 0
+    answers.interrupt(ask)
+    assert not raised  # no place for it
+    batch.free = 1
+    answers.interrupt(ask)
+    assert raised == [True]
+    answers.rearm()
+    assert not raised
