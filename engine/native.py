@@ -90,6 +90,7 @@ def lib() -> ctypes.CDLL:
         "specee_devices_json": ([], ctypes.c_char_p),
         "specee_measure_read_bandwidth": ([i32, ctypes.c_int64], ctypes.c_double),
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
+        "specee_greedy": ([vp, i32], i32),
     }
     return _bind(handle, sigs)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,39 @@ def test_a_grammar_constrains_the_answer_and_logprobs_are_the_models(model_path:
     finally:
         dec.close()
         llm.close()
+
+
+@pytest.mark.parametrize("which", ["default", "qwen2"])
+def test_greedy_pick_is_the_greedy_samplers_token(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+    """Plain greedy decoding takes the arg max natively (specee_greedy) instead of llama.cpp's chain:
+    at every step of three answers the chain, asked about the same logits, picks the same token (the
+    tiny model's random weights give near-ties)."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from engine.llm.decoders import VanillaDecoder, greedy_alone, make_sampler
+
+    path = model_path if which == "default" else tiny_qwen2
+    llm = Llama(model_path=str(path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    dec = VanillaDecoder(llm)
+    chain = make_sampler(llm, p.Sampling.greedy())
+    steps = 0
+    try:
+        for text in (b"Once upon a time", b"def fibonacci(n):", b"The capital of France is"):
+            dec.forget()
+            for tok in itertools.islice(dec.stream(llm.tokenize(text, add_bos=True), p.Sampling.greedy()), 48):
+                assert tok == llama_cpp.llama_sampler_sample(chain.sampler, llm._ctx.ctx, -1)
+                steps += 1
+    finally:
+        dec.close()
+        llm.close()
+    assert steps == 144
+    assert greedy_alone(p.Sampling.greedy())
+    for other in (
+        replace(p.Sampling.greedy(), repeat_penalty=1.1),
+        replace(p.Sampling.greedy(), presence_penalty=0.5),
+        replace(p.Sampling.greedy(), logit_bias={"5": 1.0}),
+        p.Sampling(temperature=0.7),
+    ):
+        assert not greedy_alone(other)
+    assert not greedy_alone(p.Sampling.greedy(), 'root ::= "a"')

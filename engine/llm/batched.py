@@ -26,6 +26,7 @@ import llama_cpp
 from llama_cpp import Llama
 from llama_cpp._internals import LlamaSampler
 
+from engine import native
 from engine.native import interrupt_hooks
 from engine.sequences import common_prefix
 
@@ -49,6 +50,7 @@ class Slot:
     cached: int = 0  # of them, reused from the previous answer's cache
     next: int = -1  # the token sampled last, decoded at the next step (-1: none yet)
     sampler: LlamaSampler | None = None
+    greedy: bool = False  # the sampler is greedy alone: native specee_greedy picks its token (decoders.greedy_alone)
     active: bool = False
     used_at: int = 0  # when it last started (its prefill goes in arrival order)
     row: int = -1  # the batch row its last token was sampled from (valid until the next step)
@@ -93,8 +95,9 @@ class BatchedVanilla:
         reuse = max(free, key=lambda s: (common_prefix(s.kv, tokens), -s.used_at))
         return reuse if common_prefix(reuse.kv, tokens) >= MIN_REUSE_TOKENS else free[0]
 
-    def start(self, slot: Slot, tokens: list[int], sampler: LlamaSampler) -> Slot:
-        """Begin the prompt in this free slot (pick()); its prefill runs in the next steps."""
+    def start(self, slot: Slot, tokens: list[int], sampler: LlamaSampler, greedy: bool = False) -> Slot:
+        """Begin the prompt in this free slot (pick()); its prefill runs in the next steps. greedy: the
+        sampler is greedy alone (decoders.greedy_alone), so the arg max is taken without it."""
         if not tokens or len(tokens) >= self.n_ctx_seq:
             raise ValueError("the prompt is empty or does not fit in the context")
         assert not slot.active
@@ -103,6 +106,7 @@ class BatchedVanilla:
         self._steps += 1
         slot.kv, slot.prompt, slot.n_fed, slot.cached = tokens[:cached], list(tokens), cached, cached
         slot.next, slot.sampler, slot.active, slot.used_at, slot.row = -1, sampler, True, self._steps, -1
+        slot.greedy = greedy
         return slot
 
     def finish(self, slot: Slot) -> None:
@@ -181,9 +185,10 @@ class BatchedVanilla:
             slot.n_fed += take
             slot.kv = slot.prompt[: slot.n_fed]
         out = []
+        argmax, sample = native.lib().specee_greedy, llama_cpp.llama_sampler_sample
         for slot in sampled:
             assert slot.sampler is not None
-            tok = llama_cpp.llama_sampler_sample(slot.sampler.sampler, self._ctx, slot.row)
+            tok = argmax(self._ctx, slot.row) if slot.greedy else sample(slot.sampler.sampler, self._ctx, slot.row)
             slot.next = tok
             out.append((slot, tok, len(slot.kv) + 1 >= self.n_ctx_seq))
         return out

@@ -114,6 +114,15 @@ def make_sampler(llm: Llama, s: p.Sampling, grammar: str | Grammar = "") -> Llam
     return chain
 
 
+def greedy_alone(s: p.Sampling, grammar: str | Grammar = "") -> bool:
+    """Whether make_sampler's chain for `s` is llama.cpp's greedy sampler alone (no bias, grammar or
+    penalty before it): then native.lib().specee_greedy picks the same token (the first of equal
+    maxima) without the chain's copy of every logit into a candidate array (~0.1 ms a token here)."""
+    text = grammar.text if isinstance(grammar, Grammar) else grammar
+    neutral = s.repeat_penalty == 1.0 and s.frequency_penalty == 0.0 and s.presence_penalty == 0.0
+    return s.temperature == 0.0 and neutral and not s.logit_bias and not text
+
+
 def _logit_biases(logit_bias: dict[str, float], n_vocab: int) -> list[tuple[int, float]]:
     """Sampling.logit_bias (validated: decimal keys) as (token, bias) pairs; SettingsError for a token
     this model's vocabulary does not have."""
@@ -176,8 +185,9 @@ class VanillaDecoder:
         kv = list(tokens)
         self._kv = kv
         sample, decode, ctx, one, sp = llama_cpp.llama_sampler_sample, llama_cpp.llama_decode, self._ctx, self._one, smpl.sampler
+        argmax = native.lib().specee_greedy if greedy_alone(s, grammar) else None
         while True:
-            tok = sample(sp, ctx, -1)
+            tok = argmax(ctx, -1) if argmax is not None else sample(sp, ctx, -1)
             yield tok
             if len(kv) + 1 >= self._n_ctx:
                 return  # context full

@@ -20,7 +20,7 @@ from engine.hardware import physical_cores
 from engine.kept_caches import kv_states_root
 from engine.llm.batched import BatchedVanilla, Slot
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.llm.decoders import Decoder, DrafterDecoder, Grammar, SpecEEDecoder, VanillaDecoder, make_sampler
+from engine.llm.decoders import Decoder, DrafterDecoder, Grammar, SpecEEDecoder, VanillaDecoder, greedy_alone, make_sampler
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
 from engine.llm.load import batch_invariant_weights, capture_head_layers, flash_attention, parallel_sequences
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
@@ -503,7 +503,7 @@ class EngineSession:
         if self._keep_kv:
             self._switch_slot_cache(slot, tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))  # make_sampler's dist reads it
-        self.batch.start(slot, tokens, make_sampler(self.llm, s))
+        self.batch.start(slot, tokens, make_sampler(self.llm, s), greedy=greedy_alone(s))
         answer = AnswerStream(req, len(tokens), slot.cached, self, emit, t0, emit_every_s=TOKEN_EMIT_S,
                               stats_every_s=STATS_INTERVAL_S, n_threads=self._threads_now)  # fmt: skip
         return slot, answer

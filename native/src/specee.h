@@ -184,6 +184,13 @@ LLAMA_API const char * specee_devices_json(void);
 LLAMA_API const char * specee_measure_memory(const char * model_path, int32_t n_ctx, int32_t n_gpu_layers, int32_t n_first,
                                              bool output_on_gpu);
 
+// ---- Greedy pick (greedy.cpp) -------------------------------------------------------------------
+// The arg max of the logits of batch row idx (-1: the last), the first of equal maxima: the token
+// llama.cpp's greedy sampler picks, without the chain's copy of every logit into a candidate array.
+// Only for a chain that is greedy alone (no grammar, penalties or biases). LLAMA_TOKEN_NULL (-1) when
+// the row has no logits.
+LLAMA_API llama_token specee_greedy(struct llama_context * ctx, int32_t idx);
+
 // ---- Interrupting a decode (interrupt.cpp) ----------------------------------------------------
 // An abort callback for llama_set_abort_callback(ctx, specee_interrupt_requested, flag): the decode
 // stops between graph nodes once another thread sets the bool at `flag`, and llama_decode returns 2
