@@ -245,8 +245,10 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, mod
         x = (hn * np.array(t[f"blk.{layer}.attn_norm.weight"].data, dtype=np.float32)).astype(np.float32)
         want = w @ x
         # ggml quantizes the activations to 8 bits for the matmul and stores V as f16: close,
-        # not equal; the full pass's V (what a plain decode writes) is far from both.
-        assert np.linalg.norm(v_exit[layer] - want) / np.linalg.norm(want) < 0.03, layer
+        # not equal; the full pass's V (what a plain decode writes) is far from both. On the GPU the
+        # product runs in another order (0.0301 seen on lavapipe on an AVX2 EPYC).
+        tol = 0.05 if _on_gpu(llm) else 0.03
+        assert np.linalg.norm(v_exit[layer] - want) / np.linalg.norm(want) < tol, layer
         assert np.linalg.norm(v_ref[layer] - want) / np.linalg.norm(want) > 0.2, layer
 
 
