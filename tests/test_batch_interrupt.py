@@ -7,17 +7,14 @@ stay out of the log."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine import protocol as p
+from tests.test_batched_pads import N_CTX_SEQ, N_SEQ, _solo, llms  # noqa: F401 (llms: the same two contexts)
 
 pytestmark = pytest.mark.slow
-
-N_SEQ, N_CTX_SEQ = 3, 512
 
 
 def _prompt(llm: Any, question: str) -> list[int]:
@@ -25,36 +22,9 @@ def _prompt(llm: Any, question: str) -> list[int]:
     return llm.tokenize(text.encode(), add_bos=False, special=True)
 
 
-@pytest.fixture(scope="module")
-def llms(model_path: Path) -> Iterator[tuple[Any, Any]]:
-    from llama_cpp import Llama
-
-    from engine.llm.load import batch_invariant_weights, parallel_sequences
-
-    def load(n_seq: int) -> Any:
-        with batch_invariant_weights(False), parallel_sequences(n_seq):
-            return Llama(model_path=str(model_path), n_ctx=N_CTX_SEQ * n_seq, n_batch=512, n_threads=2,
-                         flash_attn=True, verbose=False)  # fmt: skip
-
-    yield load(N_SEQ), load(1)
-
-
-def _solo(llm: Any, tokens: list[int], n: int) -> list[int]:
-    from engine.llm.decoders import VanillaDecoder
-
-    dec = VanillaDecoder(llm)
-    dec.forget()
-    out = []
-    for tok in dec.stream(tokens, p.Sampling.greedy(n)):
-        out.append(tok)
-        if len(out) == n:
-            break
-    dec.close()
-    return out
-
-
 def test_interrupted_steps_are_decoded_again_and_change_no_answer(
-    llms: tuple[Any, Any], capfd: pytest.CaptureFixture[str]
+    llms: tuple[Any, Any],  # noqa: F811 (the fixture imported above)
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     from engine.llm.batched import BatchedVanilla
     from engine.llm.decoders import make_sampler
