@@ -27,7 +27,6 @@ from llama_cpp import Llama
 from llama_cpp._internals import LlamaSampler
 
 from engine import native
-from engine.native import interrupt_hooks
 from engine.sequences import common_prefix
 
 # Prompt rows one step may add beside answers being decoded: a new prompt goes in chunks of this
@@ -197,7 +196,7 @@ class BatchedVanilla:
         """llama_decode's result: 0, 2 when interrupt() stopped it, else a failure."""
         if not interruptible:
             return llama_cpp.llama_decode(self._ctx, batch)
-        set_abort, requested = interrupt_hooks()
+        set_abort, requested = native.interrupt_hooks()
         set_abort(self._ctx, requested, ctypes.addressof(self._interrupt))
         try:
             return llama_cpp.llama_decode(self._ctx, batch)
