@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 # The C API version our Python code expects (native/src/build-info.cpp SPECEE_NATIVE_API_VERSION).
-EXPECTED_API_VERSION = 11
+EXPECTED_API_VERSION = 12
 
 
 class NativeBuildError(RuntimeError):
@@ -91,6 +91,7 @@ def lib() -> ctypes.CDLL:
         "specee_measure_read_bandwidth": ([i32, ctypes.c_int64], ctypes.c_double),
         "specee_measure_memory": ([ctypes.c_char_p, i32, i32, i32, ctypes.c_bool], ctypes.c_char_p),
         "specee_greedy": ([vp, i32], i32),
+        "specee_vanilla_run": ([vp, vp, i32, i32, i32, i32, ctypes.c_int64, ctypes.POINTER(i32)], i32),
     }
     return _bind(handle, sigs)
 

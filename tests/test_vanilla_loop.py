@@ -126,3 +126,46 @@ def test_greedy_pick_is_the_greedy_samplers_token(which: str, model_path: Path, 
     ):
         assert not greedy_alone(other)
     assert not greedy_alone(p.Sampling.greedy(), 'root ::= "a"')
+
+
+@pytest.mark.parametrize("which", ["default", "qwen2"])
+def test_native_steps_answer_as_one_token_at_a_time(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+    """Several tokens a native call (step_us > 0) give the same answer as one token a call, greedy and
+    sampled with a seed, and a second turn that reuses a cache left decoded past where its consumer
+    stopped answers as a cold one; at most max_tokens come, and the last of them is not decoded."""
+    from llama_cpp import Llama
+
+    from engine.llm.decoders import VanillaDecoder
+
+    path = model_path if which == "default" else tiny_qwen2
+    llm = Llama(model_path=str(path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    dec = VanillaDecoder(llm)
+    first = llm.tokenize(b"The history of the printing press in Europe began", add_bos=True)
+    sampled = p.Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=7, repeat_penalty=1.1, max_tokens=N)
+    try:
+        for s in (p.Sampling.greedy(N), sampled):
+            answers = []
+            for step_us in (0, 10**9):  # one token a call; the whole answer in one call
+                dec.forget()
+                llm.set_seed(7)
+                got = list(dec.stream(first, s, step_us=step_us))
+                assert len(got) == N and dec.kv_used() == len(first) + N - 1
+                answers.append(got)
+            assert answers[0] == answers[1]
+        # the consumer stops after 5 tokens of a call that decoded 20: the cache says what it holds
+        dec.forget()
+        got = list(itertools.islice(dec.stream(first, p.Sampling.greedy(20), step_us=10**9), 5))
+        assert dec.kv_tokens()[: len(first) + 5] == first + got and dec.kv_used() == len(first) + 19
+        second = first + got + llm.tokenize(b" Two centuries later, a second revolution came:", add_bos=False)
+        assert dec.cached_prefix(second) >= len(first) + 5
+        reused = list(dec.stream(second, p.Sampling.greedy(N), step_us=10**9))
+        dec.forget()
+        assert reused == list(dec.stream(second, p.Sampling.greedy(N)))
+        # a context with room for 3 more tokens: 3 come, as one token a call gives them
+        room = VanillaDecoder(llm, n_ctx=len(first) + 3)
+        room.forget()
+        assert len(list(room.stream(first, p.Sampling.greedy(), step_us=10**9))) == 3
+        room.close()
+    finally:
+        dec.close()
+        llm.close()

@@ -134,10 +134,10 @@ def _logit_biases(logit_bias: dict[str, float], n_vocab: int) -> list[tuple[int,
 
 
 class VanillaDecoder:
-    """One target forward pass per token, in a loop of our own over llama.cpp's C API: one
-    llama_decode of a preallocated one-token batch and llama.cpp's sampler chain per token, no
-    logits copied into Python (llama-cpp-python's generate also re-trimmed the cache and kept its
-    own arrays every token). Prefill chunks as llama-cpp-python's eval did (n_batch rows from the
+    """One target forward pass per token, in a loop of our own over llama.cpp's C API
+    (native specee_vanilla_run: a one-token llama_decode and llama.cpp's sampler chain per token,
+    several tokens a call; no logits copied into Python; llama-cpp-python's generate also re-trimmed
+    the cache and kept its own arrays every token). Prefill chunks as llama-cpp-python's eval did (n_batch rows from the
     first uncached token), so answers are token-identical to it."""
 
     def __init__(self, llm: Llama, n_ctx: int = 0) -> None:
@@ -149,11 +149,7 @@ class VanillaDecoder:
         self._n_ctx = n_ctx or llm.n_ctx()
         self._kv: list[int] = []  # the tokens in the target's KV cache
         self._batch = llama_cpp.llama_batch_init(max(self._n_batch, 1), 0, 1)
-        self._one = llama_cpp.llama_batch_init(1, 0, 1)
-        self._one.n_tokens = 1
-        self._one.seq_id[0][0] = 0
-        self._one.n_seq_id[0] = 1
-        self._one.logits[0] = True
+        self._out = (ctypes.c_int32 * 512)()  # specee_vanilla_run's tokens of one call
 
     def cached_prefix(self, tokens: list[int]) -> int:
         return min(common_prefix(self._kv, tokens), len(tokens) - 1)  # one token re-decoded for its logits
@@ -172,7 +168,13 @@ class VanillaDecoder:
         if llama_cpp.llama_decode(self._ctx, b) != 0:
             raise RuntimeError("llama.cpp could not decode the prompt")
 
-    def stream(self, tokens: list[int], s: p.Sampling, grammar: str | Grammar = "") -> Iterator[int]:
+    def stream(self, tokens: list[int], s: p.Sampling, grammar: str | Grammar = "", *, step_us: int = 0) -> Iterator[int]:
+        """The answer's tokens as they are picked, at most s.max_tokens (0: until the context is full).
+        step_us: how long native code may go on picking and decoding before it hands its tokens over
+        (the first token always comes at once). 0: one token at a time, each decoded only when the
+        next is asked for, so last_margin and logprobs read the logits the token came from; more
+        saves the per-token calls, and a consumer that stops early leaves up to that much decoded
+        past its last token in the cache (kv_tokens says so)."""
         if not tokens or len(tokens) >= self._n_ctx:
             raise ValueError("the prompt is empty or does not fit in the context")
         smpl = make_sampler(self.llm, s, grammar)
@@ -184,18 +186,23 @@ class VanillaDecoder:
             self._decode_chunk(tokens[c0 : c0 + self._n_batch], c0)
         kv = list(tokens)
         self._kv = kv
-        sample, decode, ctx, one, sp = llama_cpp.llama_sampler_sample, llama_cpp.llama_decode, self._ctx, self._one, smpl.sampler
-        argmax = native.lib().specee_greedy if greedy_alone(s, grammar) else None
-        while True:
-            tok = argmax(ctx, -1) if argmax is not None else sample(sp, ctx, -1)
-            yield tok
-            if len(kv) + 1 >= self._n_ctx:
-                return  # context full
-            one.token[0] = tok
-            one.pos[0] = len(kv)
-            if decode(ctx, one) != 0:
+        # greedy alone: specee_greedy's arg max (the same token) rather than the chain
+        run, ctx, out = native.lib().specee_vanilla_run, self._ctx, self._out
+        sampler = None if greedy_alone(s, grammar) else smpl.sampler
+        left = s.max_tokens or self._n_ctx
+        pending, budget = -1, 0  # the first token's logits came with the prefill: it comes at once
+        while left > 0 and len(kv) + 1 < self._n_ctx:
+            n = run(ctx, sampler, pending, len(kv), self._n_ctx, min(left, len(out)), budget, out)
+            if n <= 0:
+                self._kv = []  # where the cache ends is unknown: the next answer prefills from scratch
                 raise RuntimeError("llama.cpp could not decode a token")
-            kv.append(tok)
+            got = out[:n]
+            if pending >= 0:
+                kv.append(pending)
+            kv.extend(got[:-1])  # every token but the last is in the cache now
+            left -= n
+            pending, budget = got[-1], step_us
+            yield from got
 
     restorable = True
 
@@ -245,10 +252,9 @@ class VanillaDecoder:
         pass  # no context of its own
 
     def close(self) -> None:
-        for b in ("_batch", "_one"):
-            if getattr(self, b, None) is not None:
-                llama_cpp.llama_batch_free(getattr(self, b))
-                setattr(self, b, None)
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
 
 
 def _load_draft_model(path: Path, on_gpu: bool, what: str) -> Any:

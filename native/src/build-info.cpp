@@ -9,7 +9,7 @@
 #endif
 
 // Bump when the native API grows; Python refuses a build older than it expects.
-#define SPECEE_NATIVE_API_VERSION 11
+#define SPECEE_NATIVE_API_VERSION 12
 
 #define SPECEE_STR2(x) #x
 #define SPECEE_STR(x) SPECEE_STR2(x)

@@ -191,6 +191,18 @@ LLAMA_API const char * specee_measure_memory(const char * model_path, int32_t n_
 // the row has no logits.
 LLAMA_API llama_token specee_greedy(struct llama_context * ctx, int32_t idx);
 
+// ---- Plain decoding's loop (vanilla-run.cpp) --------------------------------------------------
+// Goes on with sequence 0's answer without returning to the caller: picks the next token from the
+// last logits (smpl: llama.cpp's sampler chain, which accepts it; NULL: specee_greedy's arg max),
+// writes it to out and decodes it at the next position, until it has written n_max tokens, an
+// end-of-generation token, a token the context has no room to decode after (pos + 1 >= n_ctx), or
+// budget_us microseconds have passed (at least one token a call). The last token written is not
+// decoded: the context's logits are still those it was picked from, and the caller passes it back as
+// `pending` (decoded first, at `pos`) to go on, or -1 when nothing waits. Returns the tokens written,
+// every one but the last decoded; < 0 when llama_decode failed (the cache's end is then unknown).
+LLAMA_API int32_t specee_vanilla_run(struct llama_context * ctx, struct llama_sampler * smpl, llama_token pending,
+                                     int32_t pos, int32_t n_ctx, int32_t n_max, int64_t budget_us, llama_token * out);
+
 // ---- Interrupting a decode (interrupt.cpp) ----------------------------------------------------
 // An abort callback for llama_set_abort_callback(ctx, specee_interrupt_requested, flag): the decode
 // stops between graph nodes once another thread sets the bool at `flag`, and llama_decode returns 2
