@@ -183,6 +183,7 @@ def spec_lib() -> ctypes.CDLL:
         "specee_drafter_last_error": ([], ctypes.c_char_p),
         "specee_drafter_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
         "specee_drafter_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(DrafterStats)], i32),
+        "specee_drafter_steps": ([vp, vp, ctypes.POINTER(i32), i32, i32, ctypes.c_int64, ctypes.POINTER(DrafterStats)], i32),
         "specee_drafter_n_past": ([vp], i32),
         "specee_drafter_draft_context": ([vp], vp),
         "specee_drafter_reset_stats": ([vp], None),

@@ -108,3 +108,32 @@ def test_draft_mode_without_a_draft_model_says_what_to_do(model_path: Path, isol
     with WorkerClient() as client, pytest.raises(WorkerError, match="ngram mode") as err:
         client.load(model_path, p.Placement(n_ctx=1024), mode="draft")
     assert err.value.kind == "no_draft_model"
+
+
+@pytest.mark.parametrize("drafter", ["copy", "ngram-simple"])
+def test_several_steps_a_call_answer_as_one_step_a_call(model_path: Path, drafter: str, native_build) -> None:  # type: ignore[no-untyped-def]
+    """specee_drafter_steps (the worker's step_us > 0): the same answer as one step a call, no step
+    begun past max_tokens, and a cache that says what it holds when the consumer stops early."""
+    from llama_cpp import Llama
+
+    from engine.llm.decoders import DrafterDecoder
+
+    llm = Llama(model_path=str(model_path), n_ctx=1024, n_batch=64, n_threads=2, verbose=False)
+    text = f"<|im_start|>user\n{COPY[0]['content']}<|im_end|>\n<|im_start|>assistant\n"
+    tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
+    dec = DrafterDecoder(llm, drafter, 4, 2)
+    try:
+        answers = []
+        for step_us in (0, 10**9):
+            dec.forget()
+            answers.append(list(dec.stream(tokens, p.Sampling.greedy(40), step_us=step_us)))
+        assert answers[0] == answers[1] and 40 <= len(answers[0]) <= 40 + 4  # the last step's drafts
+        dec.forget()
+        stream = dec.stream(tokens, p.Sampling.greedy(), step_us=10**9)
+        got = [next(stream) for _ in range(3)]
+        stream.close()
+        kv = dec.kv_tokens()
+        assert kv[: len(tokens) + 2] == tokens + got[:2] and len(kv) >= len(tokens) + 2
+    finally:
+        dec.close()
+        llm.close()

@@ -48,7 +48,8 @@ class ModeReport:
     unrepeatable: list[str] = field(default_factory=list)  # vanilla: prompts whose re-run differed
     failed: str = ""  # why the mode stopped answering (a crashed peer server, a dead worker)
 
-    def summary(self, reference: ModeReport | None) -> dict:
+    def summary(self, reference: ModeReport | None, categories: dict[str, str] | None = None) -> dict:
+        """categories: each prompt's task category (prompt id -> name), for the ratios per category."""
         decode = [s.decode_tok_s for s in self.samples if s.decode_tok_s > 0]
         pl = self.loaded.placement
         out = {
@@ -84,6 +85,13 @@ class ModeReport:
             same = [s.tokens == ref[s.prompt_id].tokens for s in self.samples if s.prompt_id in ref]
             mismatched = [s.prompt_id for s in self.samples if s.prompt_id in ref and s.tokens != ref[s.prompt_id].tokens]
             out["decode_speedup_vs_vanilla_median"] = _median(ratios)
+            by_cat: dict[str, list[float]] = {}
+            for s in self.samples:
+                cat = (categories or {}).get(s.prompt_id, "")
+                if cat and s.prompt_id in ref and s.decode_tok_s > 0 and ref[s.prompt_id].decode_tok_s > 0:
+                    by_cat.setdefault(cat, []).append(s.decode_tok_s / ref[s.prompt_id].decode_tok_s)
+            if by_cat:  # medians of per-prompt ratios, as the overall figure
+                out["speedup_by_category"] = {cat: round(_median(v), 3) for cat, v in by_cat.items()}
             out["identical_to_vanilla"] = f"{sum(same)}/{len(same)}"
             out["mismatched_prompts"] = mismatched
             pairs = [(s.tokens, ref[s.prompt_id].tokens) for s in self.samples if s.prompt_id in ref]
@@ -255,7 +263,7 @@ def run_bench(
         "repeat": max(1, repeat),
         "prompts": len(prompts),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "modes": [reports[m].summary(reference if m != "vanilla" else None) for m in modes],
+        "modes": [reports[m].summary(reference if m != "vanilla" else None, {q.id: q.category for q in prompts}) for m in modes],
         "samples": {m: [asdict(s) for s in reports[m].samples] for m in modes},
     }
 
@@ -382,6 +390,10 @@ def print_report(report: dict) -> None:
               f"{(f'{ratio:.3f}x' if ratio else '1.000x'):>12}{m.get('identical_to_vanilla', '-'):>11}{to_floor}")  # fmt: skip
         if m.get("failed"):
             print(f"  FAILED, dropped from the run: {m['failed'][:300]}")
+        if m.get("speedup_by_category"):
+            cats = m["speedup_by_category"]
+            print("  vs vanilla by category: " + ", ".join(f"{c} {r:.3f}x" for c, r in cats.items())
+                  + f" (lowest {min(cats.values()):.3f}x)")  # fmt: skip
         if m.get("vanilla_unrepeatable"):
             n = len(m["vanilla_unrepeatable"])
             print(f"  vanilla itself gave another answer on {n} re-run prompts (batch-shape-dependent kernels):"

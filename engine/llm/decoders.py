@@ -334,7 +334,7 @@ class DrafterDecoder(_NativeLoop):
             self.close()
             raise RuntimeError(msg)
         self._stats = native.DrafterStats()
-        self._out = (ctypes.c_int32 * (n_draft + 1))()
+        self._out = (ctypes.c_int32 * max(256, n_draft + 1))()  # the tokens of one specee_drafter_steps call
 
     def _error(self) -> RuntimeError:
         return RuntimeError(self.lib.specee_drafter_last_error().decode())
@@ -366,7 +366,9 @@ class DrafterDecoder(_NativeLoop):
                 llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)
         self._kv = list(tokens)
 
-    def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
+    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0) -> Iterator[int]:
+        """step_us: how long native code may go on stepping before it hands its tokens over (0: one
+        step a call); a consumer that stops early leaves the steps past its last token in the cache."""
         smpl = make_sampler(self.llm, s)
         n_keep = self.cached_prefix(tokens)
         self.lib.specee_drafter_reset_stats(self._handle)
@@ -376,18 +378,27 @@ class DrafterDecoder(_NativeLoop):
         first = self.lib.specee_drafter_prefill(self._handle, arr, len(tokens), n_keep, smpl.sampler)
         if first < 0:
             raise self._error()
-        emitted = [first]
-        self._kv = list(tokens)
+        seen = [*tokens, first]  # the prompt and the answer so far; the cache holds a prefix of it
+        kv = self._kv = list(tokens)
         yield first
-        while True:
-            n = self.lib.specee_drafter_step(self._handle, smpl.sampler, self._out, self.n_draft + 1, ctypes.byref(self._stats))
+        per_step, left = self.n_draft + 1, (s.max_tokens or 1 << 30) - 1
+        while left > 0:  # the last step may give more than max_tokens: the consumer takes what it asked
+            room = min(len(self._out), max(left, per_step))  # no more steps than the answer may still take
+            n = self.lib.specee_drafter_steps(
+                self._handle, smpl.sampler, self._out, room, per_step, step_us, ctypes.byref(self._stats)
+            )
             if n < 0:
                 raise self._error()
             if n == 0:
                 return  # context full
-            new = list(self._out[:n])
-            emitted += new
-            self._kv = (tokens + emitted)[: self.lib.specee_drafter_n_past(self._handle)]
+            new = self._out[:n]
+            left -= n
+            seen += new
+            n_past = self.lib.specee_drafter_n_past(self._handle)
+            if n_past < len(kv):
+                del kv[n_past:]
+            else:  # in place: copying the whole conversation every step cost ~10 us per 1000 tokens
+                kv += seen[len(kv) : n_past]
             yield from new
 
     def accel_stats(self) -> dict[str, float]:

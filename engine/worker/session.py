@@ -661,7 +661,7 @@ class EngineSession:
         step_us = 0 if req.logprobs or req.report_margins else NATIVE_STEP_US
         if vanilla is not None:
             gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us)
-        elif isinstance(decoder, VanillaDecoder):
+        elif isinstance(decoder, VanillaDecoder | DrafterDecoder):
             gen = decoder.stream(tokens, s, step_us=step_us)
         else:
             gen = decoder.stream(tokens, s)

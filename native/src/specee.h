@@ -62,6 +62,14 @@ LLAMA_API llama_token specee_drafter_prefill(struct specee_drafter * d, const ll
 LLAMA_API int32_t specee_drafter_step(struct specee_drafter * d, struct llama_sampler * smpl, llama_token * out,
                                       int32_t max_out, struct specee_drafter_stats * stats);
 
+// Steps (as specee_drafter_step, at most per_step tokens each) while out has room for another's
+// per_step tokens and budget_us has not passed (at least one step): the caller's per-step round
+// trip saved. Stops after a step that ends on an end-of-generation token. Returns the tokens
+// written, 0 when the context is full, -1 on error.
+LLAMA_API int32_t specee_drafter_steps(struct specee_drafter * d, struct llama_sampler * smpl, llama_token * out,
+                                       int32_t max_out, int32_t per_step, int64_t budget_us,
+                                       struct specee_drafter_stats * stats);
+
 // Tokens now in the target's KV cache (the prompt and all emitted tokens but the newest).
 LLAMA_API int32_t specee_drafter_n_past(const struct specee_drafter * d);
 LLAMA_API void    specee_drafter_reset_stats(struct specee_drafter * d);

@@ -64,6 +64,7 @@ specee_drafter * specee_drafter_init(llama_context * ctx_tgt, const char * type,
         }
         auto * d = new specee_drafter();
         d->eagle = e;
+        d->tgt = ctx_tgt;  // the eagle handle keeps its own state; steps read the vocabulary from here
         return d;
     }
     const std::string name = type != nullptr ? type : "";
@@ -277,6 +278,27 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
         *stats = st;
     }
     return n_out;
+}
+
+int32_t specee_drafter_steps(specee_drafter * s, llama_sampler * smpl, llama_token * out, int32_t max_out, int32_t per_step,
+                             int64_t budget_us, specee_drafter_stats * stats) {
+    const double t0 = now_ms();
+    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(s->tgt));
+    int32_t n = 0;
+    do {
+        const int32_t got = specee_drafter_step(s, smpl, out + n, std::min(per_step, max_out - n), stats);
+        if (got < 0) {
+            return got;
+        }
+        if (got == 0) {
+            break;  // context full
+        }
+        n += got;
+        if (llama_vocab_is_eog(vocab, out[n - 1])) {
+            break;
+        }
+    } while (max_out - n >= per_step && (now_ms() - t0) * 1000.0 < (double) budget_us);
+    return n;
 }
 
 llama_context * specee_drafter_draft_context(const specee_drafter * s) {
