@@ -95,6 +95,8 @@ def test_bench_reports_fidelity_per_mode(model_path: Path) -> None:
         assert {"early_endings", "tie_divergences", "non_tie_divergences"} <= m.keys()
         assert m["placement"] == modes["vanilla"]["placement"] and m["plan"]
     assert modes["eagle"]["early_endings"] == 0 and modes["eagle"]["non_tie_divergences"] == 0
+    # ratios per task category, as the prompts carry them (the first dev prompts are all "writing")
+    assert modes["eagle"]["speedup_by_category"].keys() == {q.category for q in prompts}
     vanilla = {s["prompt_id"]: s for s in report["samples"]["vanilla"]}
     for s in report["samples"]["specee"]:  # the untimed pass measured vanilla's gaps where specee diverged
         if s["tokens"] != vanilla[s["prompt_id"]]["tokens"]:
