@@ -26,7 +26,8 @@ from engine.sequences import common_prefix
 
 class Decoder(Protocol):
     def cached_prefix(self, tokens: list[int]) -> int: ...
-    def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]: ...
+    # step_us: how long native code may go on before it hands its tokens over (0: one step a call)
+    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0) -> Iterator[int]: ...
     def kv_used(self) -> int: ...
     def accel_stats(self) -> dict[str, float]: ...
     def forget(self) -> None: ...  # drop the KV prefix bookkeeping (another decoder used the context)
@@ -486,7 +487,8 @@ class SpecEEDecoder(_NativeLoop):
         stop = sorted(stop | {int(token) for token, bias in s.logit_bias.items() if bias < 0})
         self.lib.specee_ee_set_stop_tokens(self._ee, (ctypes.c_int32 * max(len(stop), 1))(*stop), len(stop))
 
-    def stream(self, tokens: list[int], s: p.Sampling) -> Iterator[int]:
+    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0) -> Iterator[int]:
+        # one native step (one token) a call whatever step_us asks: specee_ee_step has no multi-step form yet
         yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False))
 
     def record(self, tokens: list[int], s: p.Sampling) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:

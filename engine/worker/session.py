@@ -43,9 +43,9 @@ STATS_INTERVAL_S = 0.25
 # worker ~0.2 ms of a 8 ms step, and its reader (the window, the server) woke per token beside the
 # two decode threads on a 2-core laptop. 30 ms is under a frame or two of the window's redraw.
 TOKEN_EMIT_S = 0.03
-# Vanilla's native loop picks and decodes for up to this long before it hands its tokens to Python
-# (VanillaDecoder.stream's step_us): under the emit interval, and a cancel or a stop string waits
-# out at most that much more decoding.
+# Vanilla's native loop and the drafting modes' steps go on for up to this long before they hand
+# their tokens to Python (Decoder.stream's step_us): under the emit interval, and a cancel or a stop
+# string waits out at most that much more decoding.
 NATIVE_STEP_US = 20_000
 RECENT_S = 1.0  # Stats.recent_tok_s: the decode speed over about this long
 SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
@@ -661,10 +661,8 @@ class EngineSession:
         step_us = 0 if req.logprobs or req.report_margins else NATIVE_STEP_US
         if vanilla is not None:
             gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us)
-        elif isinstance(decoder, VanillaDecoder | DrafterDecoder):
-            gen = decoder.stream(tokens, s, step_us=step_us)
         else:
-            gen = decoder.stream(tokens, s)
+            gen = decoder.stream(tokens, s, step_us=step_us)
         preserved = set(req.preserved_tokens)  # a template's special tokens that the answer's text shows
         for tok in gen:
             if governor is not None:
