@@ -64,7 +64,7 @@ LLAMA_API int32_t specee_drafter_step(struct specee_drafter * d, struct llama_sa
 
 // Steps (as specee_drafter_step, at most per_step tokens each) while out has room for another's
 // per_step tokens and budget_us has not passed (at least one step): the caller's per-step round
-// trip saved. Stops after a step that ends on an end-of-generation token. Returns the tokens
+// trip saved. Stops after a step that gave an end-of-generation token. Returns the tokens
 // written, 0 when the context is full, -1 on error.
 LLAMA_API int32_t specee_drafter_steps(struct specee_drafter * d, struct llama_sampler * smpl, llama_token * out,
                                        int32_t max_out, int32_t per_step, int64_t budget_us,

@@ -293,9 +293,10 @@ int32_t specee_drafter_steps(specee_drafter * s, llama_sampler * smpl, llama_tok
         if (got == 0) {
             break;  // context full
         }
+        const bool ended = std::any_of(out + n, out + n + got, [vocab](llama_token t) { return llama_vocab_is_eog(vocab, t); });
         n += got;
-        if (llama_vocab_is_eog(vocab, out[n - 1])) {
-            break;
+        if (ended) {
+            break;  // an accepted draft may end the answer before the step's last token
         }
     } while (max_out - n >= per_step && (now_ms() - t0) * 1000.0 < (double) budget_us);
     return n;
