@@ -42,7 +42,9 @@ def test_bench_reports_speed_for_vanilla(model_path: Path) -> None:
     assert all(s["n_generated"] <= 8 and s["tokens"] for s in report["samples"]["vanilla"])
 
 
-def test_repeat_keeps_each_prompts_median_run(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_repeat_keeps_each_prompts_median_run(
+    model_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--repeat N: every prompt N times per mode, and the run of median speed is what the report keeps."""
     from engine.bench import runner
 
@@ -58,6 +60,12 @@ def test_repeat_keeps_each_prompts_median_run(model_path: Path, monkeypatch: pyt
     report = run_bench(str(model_path), load_prompts(DEV_PROMPTS)[:2], ["vanilla"], max_tokens=4, warmup=0, n_ctx=1024, repeat=3)
     assert report["repeat"] == 3
     assert [s["decode_tok_s"] for s in report["samples"]["vanilla"]] == [20.0, 40.0]
+    # the mode against itself, 2nd run over 1st per prompt: the noise floor a ratio is read against
+    vanilla = report["modes"][0]
+    assert vanilla["self_ratio_median"] == round((10 / 30 + 50 / 5) / 2, 3)
+    assert vanilla["self_ratio_by_category"] == {"writing": round((10 / 30 + 50 / 5) / 2, 3)}
+    runner.print_report(report)
+    assert "against itself (2nd run / 1st, noise alone): 5.167x; by category: writing 5.167x" in capsys.readouterr().out
 
 
 def test_cli_bench_writes_json(model_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,6 +46,9 @@ class ModeReport:
     head_eval: dict = field(default_factory=dict)  # the shipped head's offline hit rates (manifest)
     loaded: p.Loaded = field(default_factory=p.Loaded)
     unrepeatable: list[str] = field(default_factory=list)  # vanilla: prompts whose re-run differed
+    # with repeat >= 2: each prompt's decode tok/s of its 2nd run over its 1st (the mode against itself:
+    # what this machine's run-to-run noise alone makes of a ratio)
+    self_ratios: dict[str, float] = field(default_factory=dict)
     failed: str = ""  # why the mode stopped answering (a crashed peer server, a dead worker)
 
     def summary(self, reference: ModeReport | None, categories: dict[str, str] | None = None) -> dict:
@@ -72,6 +75,14 @@ class ModeReport:
                 out[f"{key}_median"] = _median(values)
         if self.unrepeatable:
             out["vanilla_unrepeatable"] = self.unrepeatable
+        if self.self_ratios:
+            out["self_ratio_median"] = round(_median(list(self.self_ratios.values())), 3)
+            by_cat_self: dict[str, list[float]] = {}
+            for pid, r in self.self_ratios.items():
+                if cat := (categories or {}).get(pid, ""):
+                    by_cat_self.setdefault(cat, []).append(r)
+            if by_cat_self:
+                out["self_ratio_by_category"] = {cat: round(_median(v), 3) for cat, v in by_cat_self.items()}
         if self.failed:
             out["failed"] = self.failed
         if self.mode.startswith("specee"):
@@ -247,6 +258,8 @@ def run_bench(
             for mode, got in runs.items():
                 if got and mode in active:
                     reports[mode].samples.append(sorted(got, key=lambda s: s.decode_tok_s)[len(got) // 2])
+                    if len(got) >= 2 and got[0].decode_tok_s > 0:
+                        reports[mode].self_ratios[prompt.id] = got[1].decode_tok_s / got[0].decode_tok_s
         if "vanilla" in reports:
             _vanilla_margins(clients["vanilla"], reports, prompts, sampling)
     finally:
@@ -394,6 +407,11 @@ def print_report(report: dict) -> None:
             cats = m["speedup_by_category"]
             print("  vs vanilla by category: " + ", ".join(f"{c} {r:.3f}x" for c, r in cats.items())
                   + f" (lowest {min(cats.values()):.3f}x)")  # fmt: skip
+        if m.get("self_ratio_by_category"):
+            cats = m["self_ratio_by_category"]
+            print(f"  against itself (2nd run / 1st, noise alone): {m['self_ratio_median']:.3f}x; by category: "
+                  + ", ".join(f"{c} {r:.3f}x" for c, r in cats.items())
+                  + f" (range {min(cats.values()):.3f}-{max(cats.values()):.3f}x)")  # fmt: skip
         if m.get("vanilla_unrepeatable"):
             n = len(m["vanilla_unrepeatable"])
             print(f"  vanilla itself gave another answer on {n} re-run prompts (batch-shape-dependent kernels):"
