@@ -76,13 +76,9 @@ class ModeReport:
         if self.unrepeatable:
             out["vanilla_unrepeatable"] = self.unrepeatable
         if self.self_ratios:
-            out["self_ratio_median"] = round(_median(list(self.self_ratios.values())), 3)
-            by_cat_self: dict[str, list[float]] = {}
-            for pid, r in self.self_ratios.items():
-                if cat := (categories or {}).get(pid, ""):
-                    by_cat_self.setdefault(cat, []).append(r)
-            if by_cat_self:
-                out["self_ratio_by_category"] = {cat: round(_median(v), 3) for cat, v in by_cat_self.items()}
+            out["self_ratio_median"] = _median(list(self.self_ratios.values()))
+            if by_cat := _medians_by_category(self.self_ratios, categories):
+                out["self_ratio_by_category"] = by_cat
         if self.failed:
             out["failed"] = self.failed
         if self.mode.startswith("specee"):
@@ -91,18 +87,13 @@ class ModeReport:
             out["head_dev_eval"] = self.head_eval
         if reference is not None:
             ref = {s.prompt_id: s for s in reference.samples}
-            ratios = [s.decode_tok_s / ref[s.prompt_id].decode_tok_s for s in self.samples
-                      if s.prompt_id in ref and s.decode_tok_s > 0 and ref[s.prompt_id].decode_tok_s > 0]  # fmt: skip
+            ratios = {s.prompt_id: s.decode_tok_s / ref[s.prompt_id].decode_tok_s for s in self.samples
+                      if s.prompt_id in ref and s.decode_tok_s > 0 and ref[s.prompt_id].decode_tok_s > 0}  # fmt: skip
             same = [s.tokens == ref[s.prompt_id].tokens for s in self.samples if s.prompt_id in ref]
             mismatched = [s.prompt_id for s in self.samples if s.prompt_id in ref and s.tokens != ref[s.prompt_id].tokens]
-            out["decode_speedup_vs_vanilla_median"] = _median(ratios)
-            by_cat: dict[str, list[float]] = {}
-            for s in self.samples:
-                cat = (categories or {}).get(s.prompt_id, "")
-                if cat and s.prompt_id in ref and s.decode_tok_s > 0 and ref[s.prompt_id].decode_tok_s > 0:
-                    by_cat.setdefault(cat, []).append(s.decode_tok_s / ref[s.prompt_id].decode_tok_s)
-            if by_cat:  # medians of per-prompt ratios, as the overall figure
-                out["speedup_by_category"] = {cat: round(_median(v), 3) for cat, v in by_cat.items()}
+            out["decode_speedup_vs_vanilla_median"] = _median(list(ratios.values()))
+            if by_cat := _medians_by_category(ratios, categories):  # medians of per-prompt ratios, as the overall figure
+                out["speedup_by_category"] = by_cat
             out["identical_to_vanilla"] = f"{sum(same)}/{len(same)}"
             out["mismatched_prompts"] = mismatched
             pairs = [(s.tokens, ref[s.prompt_id].tokens) for s in self.samples if s.prompt_id in ref]
@@ -112,6 +103,15 @@ class ModeReport:
             out["token_agreement"] = round(sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False)) / max(n_pos, 1), 4)
             out.update(_fidelity_summary(self.samples, ref))
         return out
+
+
+def _medians_by_category(per_prompt: dict[str, float], categories: dict[str, str] | None) -> dict[str, float]:
+    """The median of per-prompt values in each task category (prompts without one left out)."""
+    by_cat: dict[str, list[float]] = {}
+    for pid, value in per_prompt.items():
+        if cat := (categories or {}).get(pid, ""):
+            by_cat.setdefault(cat, []).append(value)
+    return {cat: _median(v) for cat, v in by_cat.items()}
 
 
 def _fidelity_summary(samples: list[Sample], ref: dict[str, Sample]) -> dict:
