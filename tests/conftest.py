@@ -38,8 +38,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 QUIET_MACHINE = RUN_CACHE / "simulated-load"
 QUIET_MACHINE.write_text("0")
 os.environ["SPECEE_SIMULATED_LOAD"] = str(QUIET_MACHINE)
-# In-process llama.cpp (engine tests) spins like the worker would without these: on 2 cores,
-# spinning OpenMP threads starve every other process (see engine/worker/process.py).
+# Tests time nothing, and their process, its in-process llama.cpp and the workers it starts share
+# two cores: OpenMP threads here sleep after a short spin (the shipped worker keeps OpenMP's
+# longer default, which decodes faster: engine/worker/process.py).
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 os.environ.setdefault("KMP_BLOCKTIME", "0")
 # No test touches the user's OS keyring: this process and every subprocess get keyring's failing

@@ -210,15 +210,24 @@ def test_kill_9_mid_answer_is_reported_and_restart_works(model_path: Path) -> No
         client.stop()
 
 
-def test_idle_worker_does_not_spin(worker: WorkerClient) -> None:
+def test_idle_worker_does_not_spin(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the OpenMP settings a shipped worker runs with (tests shorten the spin: conftest.py)."""
     import psutil
 
-    run(worker, QUESTION, p.Sampling.greedy(16))
-    proc = psutil.Process(worker.pid)
-    time.sleep(0.3)  # past any short spin after the last token
-    before = proc.cpu_times()
-    time.sleep(2.0)
-    after = proc.cpu_times()
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
+    worker = WorkerClient()
+    worker.start()
+    try:
+        worker.load(model_path)
+        run(worker, QUESTION, p.Sampling.greedy(16))
+        proc = psutil.Process(worker.pid)
+        time.sleep(0.3)  # past OpenMP's spin after the last token (milliseconds)
+        before = proc.cpu_times()
+        time.sleep(2.0)
+        after = proc.cpu_times()
+    finally:
+        worker.stop()
     busy = (after.user - before.user) + (after.system - before.system)
     assert busy < 0.1, f"an idle worker used {busy:.2f}s of CPU in 2s"
 

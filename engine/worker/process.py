@@ -19,11 +19,12 @@ from typing import IO
 
 from engine import protocol as p
 
-# OpenMP threads may spin only briefly before sleeping: on a 2-core laptop long spinning starves
-# the GUI. Measured here (SmolLM2-135M, 2 threads): OMP_WAIT_POLICY=PASSIVE (no spin at all) cuts
-# decode from ~105 to ~32 tok/s, while a short spin keeps full speed and an idle worker at ~0% CPU.
-# Set before llama.cpp (and its OpenMP runtime) is loaded.
-THREAD_ENV = {"GOMP_SPINCOUNT": "10000", "KMP_BLOCKTIME": "0"}
+# OpenMP's own wait policy, as llama-server runs with: ggml's barrier between two operations is an
+# OpenMP barrier, so a short spin (GOMP_SPINCOUNT=10000, set here before) put a thread to sleep
+# whenever its partner was late by ~0.1 ms (preempted, a slower share of a matmul) and woke it with a
+# futex: ~2 sleeps a token on Qwen2.5-Coder-1.5B, and its decode 1.6% slower than with libgomp's
+# default spin (median of 24 dev prompts, two workers interleaved). An idle worker still sleeps
+# within milliseconds (tests/test_worker.py); OMP_WAIT_POLICY=PASSIVE (never spin) cost ~3x.
 
 
 class Channel:
@@ -66,8 +67,6 @@ def _load_again(load: p.Load | None):  # type: ignore[no-untyped-def]
 
 
 def main() -> int:
-    for key, value in THREAD_ENV.items():
-        os.environ.setdefault(key, value)
     # Ctrl+C in a terminal is meant for the frontend (stop the answer), never for the engine: the
     # client starts us in our own session, and this covers a worker started by hand.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
