@@ -124,9 +124,11 @@ class EngineClient:
         request_id: str | None = None,
         report_margins: bool = False,
         continue_answer: bool = False,
+        stream: bool = True,
     ) -> str:
+        """stream=False: the answer's text comes as one Token at its end (p.Generate.stream)."""
         rid = request_id or uuid.uuid4().hex[:12]
-        self.send(p.Generate(rid, messages, sampling or p.Sampling(), report_margins, continue_answer))
+        self.send(p.Generate(rid, messages, sampling or p.Sampling(), report_margins, continue_answer, stream=stream))
         return rid
 
     def stream(

@@ -372,6 +372,11 @@ class Generate(Message):
     # the last message is the assistant's unfinished answer (it stopped at max_tokens): generate
     # its continuation; only the new text streams back
     continue_answer: bool = False
+    # False: the client wants the whole answer at once (the HTTP server's non-streaming requests, the
+    # bench): no Token or Stats while it is decoded, then its text as one Token, Stats and Done. On a
+    # 2-core machine the writes and the reader's wake-ups per token run beside the decode threads.
+    # Requests with logprobs stream regardless (each Token carries its tokens' logprobs).
+    stream: bool = True
     # raw completion (the HTTP server's /v1/completions): this text is the whole prompt, tokenized as
     # is without the chat template, and `messages` is ignored; "" = a chat request
     prompt: str = ""
@@ -411,6 +416,7 @@ class Generate(Message):
         for name in ("grammar_trigger_tokens", "grammar_prefill", "preserved_tokens"):
             _check(all(_is_int(t) and t >= 0 for t in getattr(self, name)), f"{name} must be token ids")
         _check(isinstance(self.logprobs, bool), f"logprobs must be true or false, got {self.logprobs!r}")
+        _check(isinstance(self.stream, bool), f"stream must be true or false, got {self.stream!r}")
         _check(
             _is_int(self.top_logprobs) and 0 <= self.top_logprobs <= TOP_LOGPROBS_MAX,
             f"top_logprobs must be 0..{TOP_LOGPROBS_MAX}, got {self.top_logprobs!r}",
@@ -420,6 +426,11 @@ class Generate(Message):
     def needs_vanilla(self) -> bool:
         """Whether this request runs in the vanilla decoder whatever the loaded mode (see grammar, logprobs)."""
         return bool(self.grammar) or self.logprobs
+
+    @property
+    def live(self) -> bool:
+        """Whether Token and Stats events go out while the answer is decoded (see stream)."""
+        return self.stream or self.logprobs
 
 
 @dataclass

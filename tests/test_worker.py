@@ -58,6 +58,20 @@ def test_greedy_is_deterministic_and_streams(worker: WorkerClient) -> None:
     assert stats.decode_tok_s > 0 and stats.ttft_ms > 0 and stats.n_prompt == done1.n_prompt
 
 
+def test_an_answer_not_streamed_comes_whole_at_its_end(worker: WorkerClient) -> None:
+    """Generate.stream=False (the server's non-streaming requests, the bench): no event while the
+    answer is decoded, then its text as one Token, the answer's Stats and Done."""
+    _e, streamed = run(worker, QUESTION, p.Sampling.greedy(48))
+    rid = worker.generate(QUESTION, p.Sampling.greedy(48), stream=False)
+    events = [e for e in worker.events_of(rid) if not isinstance(e, p.Notice)]
+    assert [type(e) for e in events] == [p.Token, p.Stats, p.Done]
+    token, stats, done = events
+    assert isinstance(token, p.Token) and isinstance(stats, p.Stats) and isinstance(done, p.Done)
+    assert token.text == done.text == streamed.text and done.tokens == streamed.tokens
+    assert token.index == len(done.tokens) - 1
+    assert stats.decode_tok_s > 0 and stats.n_generated == len(done.tokens)
+
+
 def test_an_answer_stopped_at_the_length_limit_continues_where_it_stopped(worker: WorkerClient) -> None:
     _e, whole = run(worker, QUESTION, p.Sampling.greedy(40))
     _e, part = run(worker, QUESTION, p.Sampling.greedy(20))

@@ -77,6 +77,18 @@ def test_requests_decoded_together_answer_as_they_do_alone(solo: WorkerClient, t
         assert stats.n_generated == got.n_generated and stats.n_prompt == got.n_prompt
 
 
+def test_requests_decoded_together_and_not_streamed_come_whole_at_their_end(solo: WorkerClient, together: WorkerClient) -> None:
+    want = [solo_answer(solo, q, 40) for q in QUESTIONS[:3]]
+    rids = [together.generate(_chat(q), p.Sampling.greedy(40), stream=False) for q in QUESTIONS[:3]]
+    events = collect(together, rids)
+    for rid, done in zip(rids, want, strict=True):
+        got = [e for e in events[rid] if not isinstance(e, p.Notice)]
+        assert [type(e) for e in got] == [p.Token, p.Stats, p.Done]
+        token, _stats, last = got
+        assert isinstance(token, p.Token) and isinstance(last, p.Done)
+        assert token.text == last.text == done.text and last.tokens == done.tokens
+
+
 def test_a_request_arriving_while_others_decode_joins_at_once(solo: WorkerClient, together: WorkerClient) -> None:
     """The long answer is still being written (it has hundreds of tokens to go) when the short one,
     sent after its first piece, has finished: it did not wait for its turn."""

@@ -368,8 +368,9 @@ def _vanilla_margins(
 
 def _run_one(client: WorkerClient, prompt: BenchPrompt, sampling: p.Sampling, report_margins: bool = False) -> Sample:
     stats, done = p.Stats(), p.Done()
-    # A fresh conversation per prompt, as a user would start one.
-    rid = client.generate([{"role": "user", "content": prompt.text}], sampling, report_margins=report_margins)
+    # A fresh conversation per prompt, as a user would start one; the whole answer at once, as the
+    # peer's are asked for (a token's event and its reader's wake-up ran beside the decode threads).
+    rid = client.generate([{"role": "user", "content": prompt.text}], sampling, report_margins=report_margins, stream=False)
     for ev in client.events_of(rid):
         if isinstance(ev, p.Stats):
             stats = ev

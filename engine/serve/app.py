@@ -112,6 +112,7 @@ class Routes:
             grammar=req.grammar,
             logprobs=req.logprobs,
             top_logprobs=req.top_logprobs,
+            stream=req.stream,
         )
         if tool_prompt is not None:  # rendered here by llama.cpp's template: a raw prompt for the engine
             t = tool_prompt

@@ -40,6 +40,7 @@ class AnswerStream:
         self._source, self._emit, self.t0 = source, emit, t0
         self._emit_every_s, self._stats_every_s, self._n_threads = emit_every_s, stats_every_s, n_threads
         self._stops = [st for st in req.sampling.stop if st]
+        self._live = req.live  # else the text goes out once, in close()
         self._hold = max((len(st) for st in self._stops), default=1) - 1
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text, self._pending, self._unsent = "", "", ""
@@ -70,12 +71,12 @@ class AnswerStream:
         if show:
             self.text += show
             self._unsent += show
-            if not self._last_sent or now - self._last_sent >= self._emit_every_s:  # the first piece at once
+            if self._live and (not self._last_sent or now - self._last_sent >= self._emit_every_s):  # the first at once
                 self._send(now)
         if hit:
             self.finish = p.FinishReason.STOP
             return True
-        if now - self._last_stats >= self._stats_every_s:
+        if self._live and now - self._last_stats >= self._stats_every_s:
             self._last_stats = now
             if self._unsent:  # the meter never counts text not yet shown
                 self._send(now)

@@ -664,6 +664,7 @@ class EngineSession:
         else:
             gen = decoder.stream(tokens, s, step_us=step_us)
         preserved = set(req.preserved_tokens)  # a template's special tokens that the answer's text shows
+        live = req.live  # else the text goes out once, at the end
         for tok in gen:
             if governor is not None:
                 threads_used.add(governor.tick())
@@ -690,13 +691,13 @@ class EngineSession:
             if emit_now:
                 text += emit_now
                 unsent += emit_now
-                if not last_sent or now - last_sent >= TOKEN_EMIT_S:  # the first piece at once
+                if live and (not last_sent or now - last_sent >= TOKEN_EMIT_S):  # the first piece at once
                     emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
                     unsent, last_sent, logprobs = "", now, []
             if hit:
                 finish = p.FinishReason.STOP
                 break
-            if now - last_stats >= STATS_INTERVAL_S:
+            if live and now - last_stats >= STATS_INTERVAL_S:
                 last_stats = now
                 if unsent:  # the meter never counts text not yet shown
                     emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
