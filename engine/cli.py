@@ -636,6 +636,7 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
         entry = train_exits(
             model, head, Path(args.out), Path(args.prompts), args.first_prompt, args.n_prompts, args.max_new,
             args.precision, Path(args.work) if args.work else None, args.threads, args.epochs,
+            **({"check_cost": args.check_cost} if args.check_cost is not None else {}),
         )  # fmt: skip
     except AccelerationError as exc:
         print(f"specee: {exc}", file=sys.stderr)
@@ -788,6 +789,8 @@ def build_parser() -> argparse.ArgumentParser:
     exits.add_argument("--max-new", type=int, default=96, help="answer tokens recorded per prompt")
     exits.add_argument("--precision", type=float, default=0.995, help="exit precision the thresholds are calibrated for")
     exits.add_argument("--epochs", type=int, default=30)
+    exits.add_argument("--check-cost", type=float, default=None,
+                       help="what checking one layer costs, in layers (default: measured on the default model)")  # fmt: skip
     exits.add_argument("--threads", type=int, default=0)
     exits.add_argument("--work", help="folder for the recorded data (resumable)")
     exits.set_defaults(func=cmd_train_exits)

@@ -38,3 +38,15 @@ def test_train_exits_end_to_end(tmp_path: Path, model_path: Path) -> None:
     data = exits.load_data(tmp_path / "work")
     again = exits.collect(model_path, out_dir / "eagle.gguf", [], tmp_path / "work", 24, 2)
     np.testing.assert_array_equal(again.token, data.token)
+
+
+def test_a_layer_whose_check_costs_more_than_its_exits_save_is_dropped() -> None:
+    """Layer 1 takes 2 of 100 steps two layers early; layer 3 takes 32 and skips the head. At the
+    measured check cost only layer 3 pays; were a check nearly free, both would."""
+    n, n_layer = 100, 4
+    z = np.full((n, n_layer), -10.0)
+    z[:2, 1] = z[:32, 3] = 10.0
+    y = np.ones((n, n_layer), bool)
+    thr = np.array([np.inf, 0.0, np.inf, 0.0])
+    assert exits.choose_schedule(z, y, thr, n_layer, head_cost=5.0, check_cost=0.01) == [1, 3]
+    assert exits.choose_schedule(z, y, thr, n_layer, head_cost=5.0, check_cost=exits.CHECK_COST_LAYERS) == [3]
