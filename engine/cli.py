@@ -618,6 +618,20 @@ def cmd_train_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_requantize(args: argparse.Namespace) -> int:
+    requantize_head = _trainer("engine.train.eagle_export", "requantize_head")
+    if requantize_head is None:
+        return 2
+    from gguf import GGMLQuantizationType
+
+    src = Path(args.head)
+    out = Path(args.out) if args.out else src
+    before = src.stat().st_size
+    requantize_head(src, out, GGMLQuantizationType[args.type.upper()])
+    print(f"{out}: {before / 1e6:.1f} MB -> {out.stat().st_size / 1e6:.1f} MB ({args.type.upper()} matrices)")
+    return 0
+
+
 def cmd_train_exits(args: argparse.Namespace) -> int:
     train_exits = _trainer("engine.train.exits", "train_exits")
     if train_exits is None:
@@ -779,6 +793,11 @@ def build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("--threads", type=int, default=0)
     prompts.add_argument("--work", help="folder for the question shards (default: the model's training folder)")
     prompts.set_defaults(func=cmd_train_prompts)
+    requant = train_sub.add_parser("requantize", help="store an exported EAGLE head's Q8_0 matrices in a smaller type")
+    requant.add_argument("head", help="head GGUF (from specee train eagle)")
+    requant.add_argument("--out", help="where to write it (default: in place)")
+    requant.add_argument("--type", default="q4_0", choices=["q4_0", "q4_1", "q5_0", "q5_1"])
+    requant.set_defaults(func=cmd_train_requantize)
     exits = train_sub.add_parser("exits", help="SpecEE exit predictors: data from the engine, training, calibration, export")
     exits.add_argument("--model", help="target GGUF (default: the default model)")
     exits.add_argument("--head", help="EAGLE head GGUF (default: the one installed for the model)")

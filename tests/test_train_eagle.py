@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine import protocol as p
@@ -183,3 +184,33 @@ def test_training_stopped_mid_epoch_resumes_to_the_very_same_head(
     assert straight.keys() == resumed.keys()
     for key, value in straight.items():
         assert torch.equal(value, resumed[key]), key
+
+
+def test_a_requantized_head_keeps_its_metadata_and_its_weights_within_q4_0_rounding(tmp_path: Path) -> None:
+    from gguf import GGMLQuantizationType, GGUFReader, quants
+
+    from engine.models.gguf_fields import read_header
+    from engine.paths import RESOURCES_DIR
+    from engine.train.eagle_export import requantize_head
+
+    src = tmp_path / "q8.gguf"
+    shutil.copy(RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gguf", src)
+    q8 = tmp_path / "q8-made.gguf"
+    requantize_head(src, q8, GGMLQuantizationType.Q8_0)  # the shipped head may already be Q4_0
+    out = requantize_head(q8, tmp_path / "q4.gguf", GGMLQuantizationType.Q4_0)
+    assert out.stat().st_size < 0.7 * q8.stat().st_size
+    a, b = read_header(q8), read_header(out)
+    assert a.fields == b.fields
+    before, after = GGUFReader(q8).tensors, GGUFReader(out).tensors
+    assert [t.name for t in before] == [t.name for t in after]
+    for t, u in zip(before, after, strict=True):
+        if t.tensor_type == GGMLQuantizationType.Q8_0:
+            assert u.tensor_type == GGMLQuantizationType.Q4_0
+            x = quants.dequantize(t.data, t.tensor_type)
+            y = quants.dequantize(u.data, u.tensor_type)
+            # Q4_0: a block of 32 weights on 16 levels of its largest / 8 (the far side clipped at 7 of
+            # them), so each weight within one level of where it was
+            tol = np.abs(x.reshape(-1, 32)).max(1, keepdims=True) / 8 * 1.01 + 1e-6
+            assert np.all(np.abs(y - x).reshape(-1, 32) <= tol)
+        else:
+            assert u.tensor_type == t.tensor_type and np.array_equal(np.asarray(u.data), np.asarray(t.data))

@@ -1,5 +1,5 @@
 """GGUF metadata fields with their values and types, read from a memory map, and a copy of a GGUF with
-some fields replaced (the tensors' bytes untouched).
+some fields replaced (the tensors' bytes untouched, or Q8_0 matrices re-quantized).
 
 gguf.GGUFReader builds a numpy view per array item: seconds for a 150k-token vocabulary, which this
 reads in a fraction of a second. engine.models.gguf_file is the checker that skips those arrays.
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, quants
 
 # GGUF metadata value types (gguf.GGUFValueType) -> struct format of the fixed-size ones
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -131,9 +131,9 @@ def finish_atomically(w: GGUFWriter, tmp: Path, out: Path) -> Path:
     return out
 
 
-def rewrite(src: Path, out: Path, arch: str, fields: list[GGUFField]) -> Path:
+def rewrite(src: Path, out: Path, arch: str, fields: list[GGUFField], requantize: GGMLQuantizationType | None = None) -> Path:
     """Write `src`'s tensors, unchanged, with exactly `fields` as metadata (general.architecture =
-    `arch` first) to `out`, atomically."""
+    `arch` first) to `out`, atomically. With `requantize`, Q8_0 tensors are stored in that type instead."""
     header = read_header(src, keep=lambda key: False)
     tmp = out.with_name(f".{out.name}.part")
     w = GGUFWriter(str(tmp), arch=arch)
@@ -149,7 +149,10 @@ def rewrite(src: Path, out: Path, arch: str, fields: list[GGUFField]) -> Path:
             raise GGUFFieldError(f"{src.name} is truncated: tensor {t.name} ends past the end of the file")
         raw = np.fromfile(src, dtype=np.uint8, count=t.nbytes, offset=start)
         shape = list(reversed(t.dims))
-        if t.ttype in _NUMPY:
+        if requantize is not None and t.ttype == GGMLQuantizationType.Q8_0:
+            values = quants.dequantize(raw.reshape([*shape[:-1], -1]), GGMLQuantizationType.Q8_0)
+            w.add_tensor(t.name, quants.quantize(values, requantize), raw_dtype=requantize)
+        elif t.ttype in _NUMPY:
             w.add_tensor(t.name, raw.view(_NUMPY[t.ttype]).reshape(shape))
         else:  # quantized or bf16: rows of raw bytes, the writer derives the element shape
             w.add_tensor(t.name, raw.reshape([*shape[:-1], -1]), raw_dtype=GGMLQuantizationType(t.ttype))

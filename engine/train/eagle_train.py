@@ -77,7 +77,7 @@ def head_config(model_path: str, layers: list[int], draft_vocab: int, n_ff: int 
 
 DRAFT_VOCAB_SIZES = (2048, 4096, 8192, 16384)
 MAX_HEAD_BYTES = 50_000_000  # shipped files stay under 50 MB
-Q8_0_BYTES_PER_WEIGHT = 34 / 32
+MATRIX_BYTES_PER_WEIGHT = 18 / 32  # Q4_0, eagle_export.MATRIX_TYPE
 
 
 def tokenizer_bytes(model_path: str) -> int:
@@ -87,11 +87,11 @@ def tokenizer_bytes(model_path: str) -> int:
 
 
 def head_bytes(cfg: HeadConfig) -> int:
-    """The exported GGUF's matrices in Q8_0 (add tokenizer_bytes for the file)."""
+    """The exported GGUF's matrices (add tokenizer_bytes for the file)."""
     e, hd = cfg.n_embd, cfg.n_embd // cfg.n_head
     weights = 3 * cfg.target_hidden * e + 2 * e * (cfg.n_head + 2 * cfg.n_head_kv) * hd + cfg.n_head * hd * e
     weights += 3 * e * cfg.n_ff + cfg.draft_vocab * e
-    return int(weights * Q8_0_BYTES_PER_WEIGHT)
+    return int(weights * MATRIX_BYTES_PER_WEIGHT)
 
 
 def measure_draft_vocab(
