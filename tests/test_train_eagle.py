@@ -196,7 +196,7 @@ def test_a_requantized_head_keeps_its_metadata_and_its_weights_within_q4_0_round
     src = tmp_path / "q8.gguf"
     shutil.copy(RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gguf", src)
     q8 = tmp_path / "q8-made.gguf"
-    requantize_head(src, q8, GGMLQuantizationType.Q8_0)  # the shipped head may already be Q4_0
+    requantize_head(src, q8, GGMLQuantizationType.Q8_0)  # the shipped head is Q4_0: back to Q8_0 first
     out = requantize_head(q8, tmp_path / "q4.gguf", GGMLQuantizationType.Q4_0)
     assert out.stat().st_size < 0.7 * q8.stat().st_size
     a, b = read_header(q8), read_header(out)

@@ -1,5 +1,5 @@
 """GGUF metadata fields with their values and types, read from a memory map, and a copy of a GGUF with
-some fields replaced (the tensors' bytes untouched, or Q8_0 matrices re-quantized).
+some fields replaced (the tensors' bytes untouched, or quantized matrices re-quantized).
 
 gguf.GGUFReader builds a numpy view per array item: seconds for a 150k-token vocabulary, which this
 reads in a fraction of a second. engine.models.gguf_file is the checker that skips those arrays.
@@ -23,6 +23,14 @@ _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?
 STRING, ARRAY = 8, 9
 DEFAULT_ALIGNMENT = 32
 # tensor types whose data numpy holds natively; any other is copied as raw bytes
+# block-quantized matrix types gguf-py both reads and writes (re-quantization: a head's matrices)
+REQUANTIZABLE = {
+    GGMLQuantizationType.Q4_0,
+    GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q5_0,
+    GGMLQuantizationType.Q5_1,
+    GGMLQuantizationType.Q8_0,
+}
 _NUMPY = {0: np.float32, 1: np.float16, 24: np.int8, 25: np.int16, 26: np.int32, 27: np.int64, 28: np.float64}
 
 
@@ -133,7 +141,8 @@ def finish_atomically(w: GGUFWriter, tmp: Path, out: Path) -> Path:
 
 def rewrite(src: Path, out: Path, arch: str, fields: list[GGUFField], requantize: GGMLQuantizationType | None = None) -> Path:
     """Write `src`'s tensors, unchanged, with exactly `fields` as metadata (general.architecture =
-    `arch` first) to `out`, atomically. With `requantize`, Q8_0 tensors are stored in that type instead."""
+    `arch` first) to `out`, atomically. With `requantize`, matrices of the REQUANTIZABLE types are stored
+    in that type instead."""
     header = read_header(src, keep=lambda key: False)
     tmp = out.with_name(f".{out.name}.part")
     w = GGUFWriter(str(tmp), arch=arch)
@@ -149,8 +158,8 @@ def rewrite(src: Path, out: Path, arch: str, fields: list[GGUFField], requantize
             raise GGUFFieldError(f"{src.name} is truncated: tensor {t.name} ends past the end of the file")
         raw = np.fromfile(src, dtype=np.uint8, count=t.nbytes, offset=start)
         shape = list(reversed(t.dims))
-        if requantize is not None and t.ttype == GGMLQuantizationType.Q8_0:
-            values = quants.dequantize(raw.reshape([*shape[:-1], -1]), GGMLQuantizationType.Q8_0)
+        if requantize is not None and t.ttype in REQUANTIZABLE and t.ttype != requantize:
+            values = quants.dequantize(raw.reshape([*shape[:-1], -1]), GGMLQuantizationType(t.ttype))
             w.add_tensor(t.name, quants.quantize(values, requantize), raw_dtype=requantize)
         elif t.ttype in _NUMPY:
             w.add_tensor(t.name, raw.view(_NUMPY[t.ttype]).reshape(shape))

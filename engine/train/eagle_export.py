@@ -37,8 +37,8 @@ def _matrix(array: np.ndarray, qtype: GGMLQuantizationType) -> tuple[np.ndarray,
 
 
 def requantize_head(src: Path, out: Path, matrix_type: GGMLQuantizationType = MATRIX_TYPE) -> Path:
-    """An exported head with its Q8_0 matrices stored in matrix_type: a shipped head made smaller
-    without its training checkpoint. Everything else (metadata, norms, d2t) is copied as it is."""
+    """An exported head with its quantized matrices stored in matrix_type: a shipped head made
+    smaller without its training checkpoint. Everything else (metadata, norms, d2t) is copied as it is."""
     header = read_header(src)
     arch = header.fields["general.architecture"].value.decode()
     return rewrite(src, out, arch, list(header.fields.values()), requantize=matrix_type)
