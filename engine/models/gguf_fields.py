@@ -22,7 +22,6 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWrit
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
 DEFAULT_ALIGNMENT = 32
-# tensor types whose data numpy holds natively; any other is copied as raw bytes
 # block-quantized matrix types gguf-py both reads and writes (re-quantization: a head's matrices)
 REQUANTIZABLE = {
     GGMLQuantizationType.Q4_0,
@@ -31,6 +30,7 @@ REQUANTIZABLE = {
     GGMLQuantizationType.Q5_1,
     GGMLQuantizationType.Q8_0,
 }
+# tensor types whose data numpy holds natively; any other is copied as raw bytes
 _NUMPY = {0: np.float32, 1: np.float16, 24: np.int8, 25: np.int16, 26: np.int32, 27: np.int64, 28: np.float64}
 
 

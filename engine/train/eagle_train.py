@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from gguf import GGUFReader
+from gguf import GGML_QUANT_SIZES, GGUFReader
 from gguf.quants import dequantize
 from tqdm import tqdm
 
 from engine.train.dataset import iter_shards, read_manifest
+from engine.train.eagle_export import MATRIX_TYPE
 from engine.train.eagle_head import EagleHead, HeadConfig
 
 STEP_WEIGHT = 0.8  # loss weight decays per unrolled step, as in EAGLE-3
@@ -77,7 +78,8 @@ def head_config(model_path: str, layers: list[int], draft_vocab: int, n_ff: int 
 
 DRAFT_VOCAB_SIZES = (2048, 4096, 8192, 16384)
 MAX_HEAD_BYTES = 50_000_000  # shipped files stay under 50 MB
-MATRIX_BYTES_PER_WEIGHT = 18 / 32  # Q4_0, eagle_export.MATRIX_TYPE
+_BLOCK, _BLOCK_BYTES = GGML_QUANT_SIZES[MATRIX_TYPE]
+MATRIX_BYTES_PER_WEIGHT = _BLOCK_BYTES / _BLOCK  # as the export stores the matrices
 
 
 def tokenizer_bytes(model_path: str) -> int:
