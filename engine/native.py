@@ -187,6 +187,7 @@ def spec_lib() -> ctypes.CDLL:
         "specee_drafter_n_past": ([vp], i32),
         "specee_drafter_draft_context": ([vp], vp),
         "specee_drafter_reset_stats": ([vp], None),
+        "specee_drafter_copy_acceptance": ([vp, ctypes.POINTER(ctypes.c_double), i32], i32),
     }
     return _bind(handle, sigs)
 

@@ -77,6 +77,19 @@ def test_copy_drafting_drafts_long_runs_where_the_answer_copies(model_path: Path
         assert accel["acceptance_length"] > 1.5 and accel["accept_rate"] > 0.7, accel
 
 
+def test_copy_drafter_learns_from_the_steps_it_does_not_draft(model_path: Path) -> None:
+    """A match of 2 or 3 tokens is a weak hint a priori (estimated acceptance 0.25 and 0.375, too low
+    for a draft to pay), so the drafter never verifies one to find out; but every step that decodes
+    one row shows whether such a match's next token came true. On a list to copy they mostly do, and
+    the estimates rise from their priors within one answer, without a verify paid for it."""
+    with WorkerClient() as client:
+        client.load(model_path, p.Placement(n_ctx=1024), mode="ngram")
+        to_copy = "Copy this list exactly: " + "alpha, beta, gamma, delta, " * 6
+        _, accel = _done(client, [{"role": "user", "content": to_copy}], n=64)
+        learnt = accel["copy_acceptance"]
+        assert learnt["2"] > 0.3 and learnt["3"] > 0.45, learnt
+
+
 def test_another_of_llamas_ngram_drafters_and_a_bad_name(model_path: Path, vanilla: WorkerClient) -> None:
     with WorkerClient() as client:
         client.load(model_path, p.Placement(n_ctx=1024), mode="ngram", drafter="ngram-map-k")
@@ -127,7 +140,9 @@ def test_several_steps_a_call_answer_as_one_step_a_call(model_path: Path, drafte
         for step_us in (0, 10**9):
             dec.forget()
             answers.append(list(dec.stream(tokens, p.Sampling.greedy(40), step_us=step_us)))
-        assert answers[0] == answers[1] and 40 <= len(answers[0]) <= 40 + 4  # the last step's drafts
+        # the consumer takes 40; the last step may give up to its 4 drafts more, as many as the
+        # drafter chose to draft there (it learns as it goes, so the second answer may draft more)
+        assert answers[0][:40] == answers[1][:40] and all(40 <= len(a) <= 40 + 4 for a in answers)
         dec.forget()
         stream = dec.stream(tokens, p.Sampling.greedy(), step_us=10**9)
         got = [next(stream) for _ in range(3)]

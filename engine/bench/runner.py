@@ -73,6 +73,8 @@ class ModeReport:
             values = [s.accel[key] for s in self.samples if key in s.accel]
             if values:
                 out[f"{key}_median"] = _median(values)
+        if learnt := [s.accel["copy_acceptance"] for s in self.samples if "copy_acceptance" in s.accel]:
+            out["copy_acceptance_at_end"] = learnt[-1]  # per match length, after the whole run
         if self.unrepeatable:
             out["vanilla_unrepeatable"] = self.unrepeatable
         if self.self_ratios:

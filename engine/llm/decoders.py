@@ -23,6 +23,9 @@ from engine.llm.kv_states import Aux, seq_state, set_seq_state
 from engine.models.exit_predictors import ExitPredictors
 from engine.sequences import common_prefix
 
+# the copy drafter's match-length buckets (native/src/spec/copy-draft.h), as its accel stats name them
+COPY_MATCH_BUCKETS = ("2", "3", "4", "5-7", "8-15", "16+")
+
 
 class Decoder(Protocol):
     def cached_prefix(self, tokens: list[int]) -> int: ...
@@ -415,6 +418,10 @@ class DrafterDecoder(_NativeLoop):
         }
         if self.drafter == "eagle":  # only EAGLE feeds the accepted tokens' features to its head
             out["feed_ms_per_step"] = st.t_feed_ms / steps
+        p = (ctypes.c_double * len(COPY_MATCH_BUCKETS))()
+        if self.lib.specee_drafter_copy_acceptance(self._handle, p, len(p)):
+            # what the copy drafter has learnt, per match length: why it drafts where it does
+            out["copy_acceptance"] = {b: round(v, 3) for b, v in zip(COPY_MATCH_BUCKETS, p, strict=True)}
         return out
 
     def set_threads(self, n: int) -> None:

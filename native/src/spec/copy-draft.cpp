@@ -40,6 +40,7 @@ int copy_drafter::bucket_of(int32_t n) {
 void copy_drafter::reset(const std::vector<llama_token> & ctx) {
     index_.clear();
     n_indexed_ = 0;
+    shadow_bucket_ = -1;
     sync(ctx);
 }
 
@@ -54,6 +55,14 @@ double copy_drafter::accept_prob(int b) const {
     return (PRIOR_ACC[b] + acc_[b]) / (PRIOR_TRIES[b] + tries_[b]);
 }
 
+int32_t copy_drafter::acceptance(double * p, int32_t n) const {
+    const int32_t m = std::min(n, (int32_t) N_BUCKETS);
+    for (int32_t b = 0; b < m; ++b) {
+        p[b] = accept_prob(b);
+    }
+    return m;
+}
+
 double copy_drafter::cost(int32_t n) const {
     if (n_ms_[1] >= 3 && n_ms_[n] >= 3 && ms_[1] > 0.0) {
         return std::max(1.0, ms_[n] / ms_[1]);
@@ -66,6 +75,13 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
     out.clear();
     bucket_ = -1;
     const int32_t n = (int32_t) ctx.size();
+    if (shadow_bucket_ >= 0) {
+        // the last step decoded one row where a match was: `last` is what it emitted there
+        const bool hit = shadow_pos_ < n && ctx[shadow_pos_] == last;
+        acc_[shadow_bucket_] += hit ? 1.0 : 0.0;
+        tries_[shadow_bucket_] += 1.0;
+        shadow_bucket_ = -1;
+    }
     if (n < 2 || room < 1) {
         return;
     }
@@ -114,6 +130,10 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
         // not worth it now; let the evidence fade slowly so a bucket gets another chance later
         acc_[b] *= 0.998;
         tries_[b] *= 0.998;
+        if (avail > 0) {
+            shadow_bucket_ = b;
+            shadow_pos_ = best_pos + 1;
+        }
         return;
     }
     out.assign(ctx.begin() + best_pos + 1, ctx.begin() + best_pos + 1 + best_k);

@@ -5,7 +5,9 @@
 // more than one row (on a 2-core CPU 4 rows cost ~2x one), so a miss is a loss. Each step it picks
 // the draft length k (0 = a plain one-row decode) that maximises the expected tokens per unit of
 // cost: tokens = 1 + p + p^2 + ... + p^k, with p the measured acceptance of drafts whose match was
-// as long as this one's, and the cost of k + 1 rows measured on this machine as it runs.
+// as long as this one's, and the cost of k + 1 rows measured on this machine as it runs. Steps that
+// draft nothing still learn: the next step shows whether the match's next token came true, so a
+// bucket whose prior is too shy is corrected without paying for a verify to find out.
 #pragma once
 
 #include "llama.h"
@@ -29,6 +31,8 @@ public:
     // What the verification of the last draft (k tokens, n_accepted of them confirmed) gave, and how
     // long the decode of its k + 1 rows took.
     void feedback(int32_t k, int32_t n_accepted, double verify_ms);
+    // The estimated acceptance of a draft token per match bucket; returns how many were written.
+    int32_t acceptance(double * p, int32_t n) const;
 
 private:
     static constexpr int N_BUCKETS = 6;  // match lengths 2, 3, 4, 5-7, 8-15, 16+
@@ -41,6 +45,8 @@ private:
     std::array<double, MAX_ROWS + 1> ms_{};           // smoothed ms of a decode of n rows
     std::array<int32_t, MAX_ROWS + 1> n_ms_{};
     int bucket_ = -1;  // the last draft's match bucket
+    int shadow_bucket_ = -1;     // a match not drafted from: its bucket and where its next token lies
+    int32_t shadow_pos_ = -1;
 
     static int bucket_of(int32_t match_len);
     double accept_prob(int bucket) const;

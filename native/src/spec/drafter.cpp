@@ -310,6 +310,10 @@ int32_t specee_drafter_n_past(const specee_drafter * s) {
     return s->eagle != nullptr ? specee_eagle_n_past(s->eagle) : (int32_t) s->prompt.size();
 }
 
+int32_t specee_drafter_copy_acceptance(const specee_drafter * s, double * p, int32_t n) {
+    return s->copy ? s->copy->acceptance(p, n) : 0;
+}
+
 void specee_drafter_reset_stats(specee_drafter * s) {
     if (s->eagle != nullptr) {
         specee_eagle_reset_stats(s->eagle);
