@@ -632,6 +632,30 @@ def cmd_train_requantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_eval_head(args: argparse.Namespace) -> int:
+    evaluate_heads = _trainer("engine.train.pipeline", "evaluate_heads")
+    if evaluate_heads is None:
+        return 2
+    from engine.models.acceleration import AccelerationError, check_eagle_head
+
+    model = resolve_model(args.model)
+    try:
+        for head in args.heads:
+            check_eagle_head(Path(head), model)  # a damaged head or one for another model: as the engine says
+    except AccelerationError as exc:
+        print(f"specee train eval-head: {exc}", file=sys.stderr)
+        return 1
+    work = Path(args.work) if args.work else None
+    if work is None:
+        from engine.models.acceleration import model_sha256
+        from engine.paths import cache_dir
+
+        work = cache_dir() / "train" / model_sha256(model)[:16]
+    result = evaluate_heads(model, [Path(h) for h in args.heads], work, args.eval_prompts, args.max_new, args.steps)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
 def cmd_train_exits(args: argparse.Namespace) -> int:
     train_exits = _trainer("engine.train.exits", "train_exits")
     if train_exits is None:
@@ -798,6 +822,14 @@ def build_parser() -> argparse.ArgumentParser:
     requant.add_argument("--out", help="where to write it (default: in place)")
     requant.add_argument("--type", default="q4_0", choices=["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
     requant.set_defaults(func=cmd_train_requantize)
+    ev = train_sub.add_parser("eval-head", help="exported EAGLE heads' top-1/top-4 and acceptance on the same dev data")
+    ev.add_argument("heads", nargs="+", help="head GGUFs for the model")
+    ev.add_argument("--model", help="target GGUF (default: the default model)")
+    ev.add_argument("--eval-prompts", type=int, default=102, help="development prompts to evaluate on")
+    ev.add_argument("--max-new", type=int, default=96, help="answer tokens the target writes per prompt")
+    ev.add_argument("--steps", type=int, default=3, help="draft chain length evaluated")
+    ev.add_argument("--work", help="folder of the dev teacher data (a training run's --work reuses its own)")
+    ev.set_defaults(func=cmd_train_eval_head)
     exits = train_sub.add_parser("exits", help="SpecEE exit predictors: data from the engine, training, calibration, export")
     exits.add_argument("--model", help="target GGUF (default: the default model)")
     exits.add_argument("--head", help="EAGLE head GGUF (default: the one installed for the model)")

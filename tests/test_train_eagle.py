@@ -214,3 +214,32 @@ def test_a_requantized_head_keeps_its_metadata_and_its_weights_within_q4_0_round
             assert np.all(np.abs(y - x).reshape(-1, 32) <= tol)
         else:
             assert u.tensor_type == t.tensor_type and np.array_equal(np.asarray(u.data), np.asarray(t.data))
+
+
+def test_an_exported_head_imports_to_the_weights_it_runs_with_and_evaluates_on_shared_data(
+    tiny_head: Path, model_path: Path, tmp_path: Path
+) -> None:
+    """Two heads are compared on the same teacher data (issue 25: the new head against today's) even
+    when one's training run is gone: its GGUF imports back to the module, exported again bit for bit,
+    and evaluates as its run did, up to its stored quantization."""
+    from gguf import GGUFReader
+
+    from engine.models.acceleration import model_sha256
+    from engine.train.eagle_export import export_head, import_head
+    from engine.train.eagle_train import target_tensors
+    from engine.train.pipeline import evaluate_heads
+
+    embed = torch.from_numpy(target_tensors(str(model_path))["token_embd.weight"].astype(np.float32))
+    head = import_head(tiny_head, embed)
+    again = export_head(head, str(model_path), model_sha256(model_path), tmp_path / "again.gguf")
+    before, after = GGUFReader(tiny_head).tensors, GGUFReader(again).tensors
+    assert [t.name for t in before] == [t.name for t in after]
+    for t, u in zip(before, after, strict=True):
+        assert t.tensor_type == u.tensor_type and np.array_equal(np.asarray(t.data), np.asarray(u.data)), t.name
+
+    work = tiny_head.parents[2] / "work"  # the training run's own dev data
+    got = evaluate_heads(model_path, [tiny_head, again], work, eval_prompts=2, max_new=24)
+    trained = json.loads((tiny_head.parent / "manifest.json").read_text())["eagle"]["dev_eval"]
+    a, b = got[str(tiny_head)], got[str(again)]
+    assert a == b and a["rows"] == trained["rows"]
+    assert abs(a["top1"] - trained["top1"]) <= 0.1 and abs(a["top4"] - trained["top4"]) <= 0.1, (a, trained)

@@ -10,12 +10,14 @@ ties the head to its target so a head for another model is refused.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
 
 from engine.models.gguf_fields import finish_atomically, read_header, rewrite
-from engine.train.eagle_head import EagleHead
+from engine.train.eagle_head import EagleHead, HeadConfig
 
 ARCH = "eagle3"
 TARGET_SHA_KEY = "specee.target_sha256"
@@ -42,6 +44,57 @@ def requantize_head(src: Path, out: Path, matrix_type: GGMLQuantizationType = MA
     header = read_header(src)
     arch = header.fields["general.architecture"].value.decode()
     return rewrite(src, out, arch, list(header.fields.values()), requantize=matrix_type)
+
+
+def _tensors(head: EagleHead) -> list[tuple[str, torch.Tensor, bool]]:
+    """(GGUF name, weight, is a matrix): matrices are stored in the export's matrix type, norms in F32."""
+    return [
+        ("fc.weight", head.fc.weight, True),
+        ("blk.0.attn_norm.weight", head.attn_norm.weight, False),
+        ("blk.0.attn_norm_2.weight", head.attn_norm_2.weight, False),
+        ("blk.0.attn_q.weight", head.wq.weight, True),
+        ("blk.0.attn_k.weight", head.wk.weight, True),
+        ("blk.0.attn_v.weight", head.wv.weight, True),
+        ("blk.0.attn_output.weight", head.wo.weight, True),
+        ("blk.0.ffn_norm.weight", head.ffn_norm.weight, False),
+        ("blk.0.ffn_gate.weight", head.gate.weight, True),
+        ("blk.0.ffn_up.weight", head.up.weight, True),
+        ("blk.0.ffn_down.weight", head.down.weight, True),
+        ("output_norm.weight", head.output_norm.weight, False),
+        ("output.weight", head.lm_head.weight, True),
+    ]
+
+
+def import_head(path: Path, target_embed: torch.Tensor) -> EagleHead:
+    """An exported head back as the trainer's module, with the weights it runs with in the engine
+    (quantized matrices dequantized): what lets two heads be evaluated on the same teacher data
+    when one was trained in another run, or only its GGUF is left."""
+    reader = GGUFReader(str(path))
+
+    def get(key: str) -> Any:
+        return reader.fields[f"{ARCH}.{key}"].contents()
+
+    tensors = {t.name: t for t in reader.tensors}
+    n_embd, n_head = int(get("embedding_length")), int(get("attention.head_count"))
+    cfg = HeadConfig(
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=int(get("attention.head_count_kv")),
+        n_ff=int(get("feed_forward_length")),
+        target_hidden=int(get("target_hidden_size")),
+        draft_vocab=int(tensors["d2t"].n_elements),
+        rms_eps=float(get("attention.layer_norm_rms_epsilon")),
+        rope_base=float(get("rope.freq_base")),
+        layers=tuple(int(x) for x in get("target_layers")),  # type: ignore[arg-type]
+    )
+    head = EagleHead(cfg, target_embed)
+    with torch.no_grad():
+        for name, weight, _ in _tensors(head):
+            t = tensors[name]
+            array = quants.dequantize(t.data, t.tensor_type).reshape(weight.shape)
+            weight.copy_(torch.from_numpy(np.array(array, dtype=np.float32)))  # a copy: the file is mapped read-only
+        head.d2t.copy_(torch.from_numpy(np.array(tensors["d2t"].data, dtype=np.int64)))
+    return head
 
 
 def export_head(
@@ -82,23 +135,7 @@ def export_head(
         else:
             w.add_key_value(key, field.contents(), vtype)
 
-    # (GGUF name, weight, is a matrix): matrices in matrix_type, norms stay F32
-    tensors = [
-        ("fc.weight", head.fc.weight, True),
-        ("blk.0.attn_norm.weight", head.attn_norm.weight, False),
-        ("blk.0.attn_norm_2.weight", head.attn_norm_2.weight, False),
-        ("blk.0.attn_q.weight", head.wq.weight, True),
-        ("blk.0.attn_k.weight", head.wk.weight, True),
-        ("blk.0.attn_v.weight", head.wv.weight, True),
-        ("blk.0.attn_output.weight", head.wo.weight, True),
-        ("blk.0.ffn_norm.weight", head.ffn_norm.weight, False),
-        ("blk.0.ffn_gate.weight", head.gate.weight, True),
-        ("blk.0.ffn_up.weight", head.up.weight, True),
-        ("blk.0.ffn_down.weight", head.down.weight, True),
-        ("output_norm.weight", head.output_norm.weight, False),
-        ("output.weight", head.lm_head.weight, True),
-    ]
-    for name, weight, is_matrix in tensors:
+    for name, weight, is_matrix in _tensors(head):
         array = weight.detach().cpu().float().numpy()
         if is_matrix:
             data, raw = _matrix(array, matrix_type)

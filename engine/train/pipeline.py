@@ -17,9 +17,9 @@ from engine.models.acceleration import ACCELERATED_ARCHS, model_sha256
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR, cache_dir
 from engine.prompts import DEV_PROMPTS, load_prompts
-from engine.train.dataset import generate_dataset
-from engine.train.eagle_export import export_head
-from engine.train.eagle_train import evaluate, load_sequences, train_head
+from engine.train.dataset import generate_dataset, read_manifest
+from engine.train.eagle_export import export_head, import_head
+from engine.train.eagle_train import evaluate, load_sequences, target_tensors, train_head
 
 TRAIN_PROMPTS = RESOURCES_DIR / "prompts" / "train.jsonl"
 
@@ -111,3 +111,26 @@ def train_eagle(
     )
     write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
     return manifest
+
+
+def evaluate_heads(
+    model: Path, heads: list[Path], work: Path, eval_prompts: int = 102, max_new: int = 96, steps: int = 3
+) -> dict[str, dict]:
+    """Exported heads for `model` evaluated on the same teacher data of the development prompts (made
+    in work/dev-data if missing, resumable; a training run's --work reuses its own): top-1/top-4 and
+    the expected acceptance, each with the weights the engine runs (quantized matrices as stored)."""
+    dev = load_prompts(DEV_PROMPTS)[:eval_prompts]
+    generate_dataset(str(model), dev, work / "dev-data", max_new=max_new)
+    layers = read_manifest(work / "dev-data")["layers"]
+    seqs = load_sequences(work / "dev-data")
+    embed = torch.from_numpy(target_tensors(str(model))["token_embd.weight"].astype("float32"))
+    out = {}
+    for path in heads:
+        head = import_head(path, embed)
+        if list(head.cfg.layers) != list(layers):
+            raise SystemExit(f"{path} reads target layers {list(head.cfg.layers)}; the data in {work} has {layers}")
+        t2d = torch.full((embed.shape[0],), -1, dtype=torch.long)  # target vocab -> draft id
+        t2d[head.d2t] = torch.arange(len(head.d2t))
+        metrics = evaluate(head, seqs, steps, t2d)
+        out[str(path)] = {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}
+    return out
