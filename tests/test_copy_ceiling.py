@@ -1,6 +1,6 @@
 """engine.bench.copy_ceiling: the perfect-foresight bound on prompt-lookup drafting."""
 
-from engine.bench.copy_ceiling import ceiling, relative_costs
+from engine.bench.copy_ceiling import ceiling, hit_rates, relative_costs
 
 FREE = dict.fromkeys(range(1, 18), 1.0)  # extra rows cost nothing
 DEAR = {n: float(n) for n in range(1, 18)}  # n rows cost n one-row decodes
@@ -28,3 +28,11 @@ def test_relative_costs_interpolate_between_measured_sizes() -> None:
     cost = relative_costs({1: 10.0, 2: 15.0, 4: 20.0, 8: 30.0, 16: 60.0})
     assert cost[1] == 1.0 and cost[2] == 1.5 and cost[3] == 1.75 and cost[16] == 6.0
     assert cost[17] == 6.0 * 17 / 16
+
+
+def test_hit_rates_count_each_proposal_by_its_match_length_and_whether_earlier_occurrences_agree() -> None:
+    # the answer repeats the prompt: (1, 2) once before, proposing 3 (a match of 2, right), then
+    # (.., 1, 2, 3) proposing 4 (a match of 3, right)
+    assert dict(hit_rates([1, 2, 3, 4], [1, 2, 3, 4])) == {("2", "one"): [1, 1], ("3", "one"): [1, 1]}
+    # (7, 8) went on with 1 and then 2: the latest proposes 2, the answer says 3
+    assert dict(hit_rates([7, 8, 1, 7, 8, 2], [7, 8, 3])) == {("2", "disagree"): [0, 1]}

@@ -7,7 +7,9 @@ copy drafter does, drafts exactly as many of the following tokens as the answer 
 and drafts nothing where a verify of those rows would cost more than it emits. The cost of a decode
 of n rows is this machine's, measured now (`specee bench --cost-curve`). A real drafter cannot know
 which drafts will be confirmed, so it stays below this ceiling: the distance between the two is
-what better guessing could still win; the ceiling itself is what copying can win at all.
+what better guessing could still win; the ceiling itself is what copying can win at all. It also
+prints how often the drafter's proposal came true by match length and by whether the earlier
+occurrences of the context's last two tokens went on alike: the evidence a drafter has before it drafts.
 """
 
 from __future__ import annotations
@@ -70,6 +72,34 @@ def ceiling(prompt: list[int], answer: list[int], cost: dict[int, float]) -> flo
     return (len(answer) - 1) / spent if spent else 1.0
 
 
+def hit_rates(prompt: list[int], answer: list[int]) -> dict[tuple[str, str], list[int]]:
+    """How often the copy drafter's proposal for the next token would come true, stepping through the
+    answer one token at a time: [hits, tries] per (match length, whether the earlier occurrences of
+    the context's last two tokens all went on alike: "one" occurrence, "agree", "disagree"). The
+    evidence a drafter can have before it drafts, and what it is worth."""
+    ctx = list(prompt)
+    index: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i in range(1, len(ctx)):
+        index[(ctx[i - 1], ctx[i])].append(i)
+    out: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for t in range(1, len(answer)):
+        ctx.append(answer[t - 1])
+        index[(ctx[-2], ctx[-1])].append(len(ctx) - 1)
+        pos = longest_match(ctx, index)
+        if pos < 0:
+            continue
+        length = MIN_MATCH
+        while length < MAX_MATCH and pos - length >= 0 and ctx[pos - length] == ctx[-1 - length]:
+            length += 1
+        seen = [i for i in index[(ctx[-2], ctx[-1])][-MAX_CANDIDATES:] if i + 1 < len(ctx)]
+        alike = "one" if len(seen) == 1 else "agree" if all(ctx[i + 1] == ctx[pos + 1] for i in seen) else "disagree"
+        bucket = str(length) if length <= 4 else "5-7" if length < 8 else "8-15" if length < 16 else "16+"
+        row = out[(bucket, alike)]
+        row[0] += int(ctx[pos + 1] == answer[t])
+        row[1] += 1
+    return out
+
+
 def relative_costs(ms: dict[int, float]) -> dict[int, float]:
     """Decode cost of 1..MAX_DRAFT+1 rows relative to one row, interpolated between measured sizes."""
     sizes = sorted(ms)
@@ -108,16 +138,25 @@ def main() -> None:
     chat = ChatPrompt.for_model(llm, inspect_gguf(model).chat_template)
     prompts = {q.id: q for q in load_prompts(args.prompts or DEV_PROMPTS)}
     by_cat: dict[str, list[float]] = defaultdict(list)
+    hits: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for s in rep["samples"]["vanilla"]:
         q = prompts[s["prompt_id"]]
         tokens = chat.fit([{"role": "user", "content": q.text}], 1 << 30).tokens
         by_cat[q.category or "-"].append(ceiling(tokens, s["tokens"], cost))
+        for key, (h, n) in hit_rates(tokens, s["tokens"]).items():
+            hits[key][0] += h
+            hits[key][1] += n
     got: dict[str, list[float]] = defaultdict(list)
     if "ngram" in rep["samples"]:
         speed = {s["prompt_id"]: s["decode_tok_s"] for s in rep["samples"]["vanilla"]}
         for s in rep["samples"]["ngram"]:
             if speed.get(s["prompt_id"]):
                 got[prompts[s["prompt_id"]].category or "-"].append(s["decode_tok_s"] / speed[s["prompt_id"]])
+    print("the next token the copy drafter would propose came true, by match length and earlier occurrences:")
+    for bucket in ("2", "3", "4", "5-7", "8-15", "16+"):
+        cells = [f"{alike} {hits[(bucket, alike)][0] / hits[(bucket, alike)][1]:.2f} of {hits[(bucket, alike)][1]}"
+                 for alike in ("one", "agree", "disagree") if hits[(bucket, alike)][1]]  # fmt: skip
+        print(f"  match {bucket:>5}: " + ", ".join(cells))
     print("cost of n rows / one row here: " + ", ".join(f"{n}: {cost[n]:.2f}" for n in (2, 3, 4, 8, 16)))
     print(f"{'category':<16} {'prompts':>7} {'ceiling':>8} {'ngram':>7}   (medians of per-prompt ratios to vanilla)")
     everything = [v for vs in by_cat.values() for v in vs]
