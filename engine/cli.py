@@ -600,17 +600,22 @@ def cmd_train_eagle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_folder(model: Path, work: str | None) -> Path:
+    """--work, else the model's training folder (the one `specee train eagle` uses by default)."""
+    if work:
+        return Path(work)
+    from engine.models.acceleration import model_sha256
+    from engine.paths import cache_dir
+
+    return cache_dir() / "train" / model_sha256(model)[:16]
+
+
 def cmd_train_prompts(args: argparse.Namespace) -> int:
     make_prompts = _trainer("engine.train.magpie", "make_prompts")
     if make_prompts is None:
         return 2
     model = resolve_model(args.model)
-    work = Path(args.work) if args.work else None
-    if work is None:
-        from engine.models.acceleration import model_sha256
-        from engine.paths import cache_dir
-
-        work = cache_dir() / "train" / model_sha256(model)[:16]
+    work = _train_folder(model, args.work)
     result = make_prompts(
         model, Path(args.out), args.n, work, Path(args.mix) if args.mix else None, args.mix_first, args.seed, args.threads
     )
@@ -645,12 +650,7 @@ def cmd_train_eval_head(args: argparse.Namespace) -> int:
     except AccelerationError as exc:
         print(f"specee train eval-head: {exc}", file=sys.stderr)
         return 1
-    work = Path(args.work) if args.work else None
-    if work is None:
-        from engine.models.acceleration import model_sha256
-        from engine.paths import cache_dir
-
-        work = cache_dir() / "train" / model_sha256(model)[:16]
+    work = _train_folder(model, args.work)
     result = evaluate_heads(model, [Path(h) for h in args.heads], work, args.eval_prompts, args.max_new, args.steps)
     print(json.dumps(result, indent=1))
     return 0

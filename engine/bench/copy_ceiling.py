@@ -26,9 +26,9 @@ MAX_DRAFT = 16
 MAX_CANDIDATES = 64  # the most recent occurrences examined, as the copy drafter does
 
 
-def longest_match(ctx: list[int], index: dict[tuple[int, int], list[int]]) -> int:
+def longest_match(ctx: list[int], index: dict[tuple[int, int], list[int]]) -> tuple[int, int]:
     """The end position of the longest earlier occurrence of ctx's last tokens (the latest on ties),
-    or -1: the copy drafter's lookup."""
+    or -1, and its length: the copy drafter's lookup."""
     n = len(ctx)
     best_len, best_pos = 0, -1
     hits = index.get((ctx[-2], ctx[-1]), [])
@@ -40,7 +40,7 @@ def longest_match(ctx: list[int], index: dict[tuple[int, int], list[int]]) -> in
             length += 1
         if length > best_len:
             best_len, best_pos = length, i
-    return best_pos
+    return best_pos, best_len
 
 
 def ceiling(prompt: list[int], answer: list[int], cost: dict[int, float]) -> float:
@@ -57,7 +57,7 @@ def ceiling(prompt: list[int], answer: list[int], cost: dict[int, float]) -> flo
     t, spent = 1, 0.0  # answer[0] comes with the prompt's prefill, like every mode's first token
     while t < len(answer):
         push(answer[t - 1])  # the token this step's batch starts with
-        pos = longest_match(ctx, index) if len(ctx) >= MIN_MATCH else -1
+        pos = longest_match(ctx, index)[0] if len(ctx) >= MIN_MATCH else -1
         k = 0
         if pos >= 0:
             ahead = ctx[pos + 1 : pos + 1 + MAX_DRAFT]
@@ -85,12 +85,9 @@ def hit_rates(prompt: list[int], answer: list[int]) -> dict[tuple[str, str], lis
     for t in range(1, len(answer)):
         ctx.append(answer[t - 1])
         index[(ctx[-2], ctx[-1])].append(len(ctx) - 1)
-        pos = longest_match(ctx, index)
+        pos, length = longest_match(ctx, index)
         if pos < 0:
             continue
-        length = MIN_MATCH
-        while length < MAX_MATCH and pos - length >= 0 and ctx[pos - length] == ctx[-1 - length]:
-            length += 1
         seen = [i for i in index[(ctx[-2], ctx[-1])][-MAX_CANDIDATES:] if i + 1 < len(ctx)]
         alike = "one" if len(seen) == 1 else "agree" if all(ctx[i + 1] == ctx[pos + 1] for i in seen) else "disagree"
         bucket = str(length) if length <= 4 else "5-7" if length < 8 else "8-15" if length < 16 else "16+"
@@ -124,6 +121,7 @@ def main() -> None:
 
     from engine.llm.chat_prompt import ChatPrompt
     from engine.llm.decode_cost import SIZES, measure
+    from engine.llm.decoders import COPY_MATCH_BUCKETS
     from engine.llm.load import vocab_only
     from engine.models.gguf_file import inspect_gguf
     from engine.models.registry import ModelRegistry
@@ -153,7 +151,7 @@ def main() -> None:
             if speed.get(s["prompt_id"]):
                 got[prompts[s["prompt_id"]].category or "-"].append(s["decode_tok_s"] / speed[s["prompt_id"]])
     print("the next token the copy drafter would propose came true, by match length and earlier occurrences:")
-    for bucket in ("2", "3", "4", "5-7", "8-15", "16+"):
+    for bucket in COPY_MATCH_BUCKETS:
         cells = [f"{alike} {hits[(bucket, alike)][0] / hits[(bucket, alike)][1]:.2f} of {hits[(bucket, alike)][1]}"
                  for alike in ("one", "agree", "disagree") if hits[(bucket, alike)][1]]  # fmt: skip
         print(f"  match {bucket:>5}: " + ", ".join(cells))
