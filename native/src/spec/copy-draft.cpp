@@ -75,13 +75,12 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
     out.clear();
     bucket_ = -1;
     const int32_t n = (int32_t) ctx.size();
-    if (shadow_bucket_ >= 0) {
+    if (shadow_bucket_ >= 0 && n == shadow_n_ + 1) {
         // the last step decoded one row where a match was: `last` is what it emitted there
-        const bool hit = shadow_pos_ < n && ctx[shadow_pos_] == last;
-        acc_[shadow_bucket_] += hit ? 1.0 : 0.0;
+        acc_[shadow_bucket_] += ctx[shadow_pos_] == last ? 1.0 : 0.0;
         tries_[shadow_bucket_] += 1.0;
-        shadow_bucket_ = -1;
     }
+    shadow_bucket_ = -1;  // a step in between that did not ask for a draft (a full context) tells nothing
     if (n < 2 || room < 1) {
         return;
     }
@@ -133,6 +132,7 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
         if (avail > 0) {
             shadow_bucket_ = b;
             shadow_pos_ = best_pos + 1;
+            shadow_n_ = n;
         }
         return;
     }

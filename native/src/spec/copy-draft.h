@@ -45,8 +45,9 @@ private:
     std::array<double, MAX_ROWS + 1> ms_{};           // smoothed ms of a decode of n rows
     std::array<int32_t, MAX_ROWS + 1> n_ms_{};
     int bucket_ = -1;  // the last draft's match bucket
-    int shadow_bucket_ = -1;     // a match not drafted from: its bucket and where its next token lies
-    int32_t shadow_pos_ = -1;
+    int shadow_bucket_ = -1;  // a match not drafted from: its bucket, where its next token lies and
+    int32_t shadow_pos_ = -1;  // how long the context was then
+    int32_t shadow_n_ = -1;
 
     static int bucket_of(int32_t match_len);
     double accept_prob(int bucket) const;
