@@ -50,3 +50,41 @@ def test_a_layer_whose_check_costs_more_than_its_exits_save_is_dropped() -> None
     thr = np.array([np.inf, 0.0, np.inf, 0.0])
     assert exits.choose_schedule(z, y, thr, n_layer, head_cost=5.0, check_cost=0.01) == [1, 3]
     assert exits.choose_schedule(z, y, thr, n_layer, head_cost=5.0, check_cost=exits.CHECK_COST_LAYERS) == [3]
+
+
+def test_the_context_bound_pays_one_check_on_exiting_steps_and_none_elsewhere() -> None:
+    """Step 0 fires at layers 1 and 3 (exits at 1), step 1 at 3 only, step 2 nowhere; layer 2 is
+    not calibrated, so its firing counts for nothing."""
+    from engine.train.exit_sweep import context_bound
+
+    z = np.array([[-1, 5, 5, 5], [-1, -1, 5, 5], [-1, -1, 5, -1.0]])
+    thr = np.array([0.0, 0.0, np.inf, 0.0])
+    cost, rate = context_bound(z, thr, n_layer=4, head_cost=2.0, check_cost=0.5)
+    assert cost == pytest.approx(((1 + 1 + 0.5) + (3 + 1 + 0.5) + (4 + 2.0)) / 3)
+    assert rate == pytest.approx(2 / 3)
+
+
+def test_copy_proposals_are_the_copy_drafters_next_token_from_prompt_and_answer_so_far() -> None:
+    from engine.train.exit_sweep import copy_proposals
+
+    # answer[2]: the context ends "1 2", seen in the prompt before "3"; answer[3]: "2 3" was followed by 4
+    assert copy_proposals([1, 2, 3, 4], [1, 2, 3, 9]) == [-1, -1, 3, 4]
+
+
+def test_the_sweep_bounds_never_cost_more_than_the_static_schedule() -> None:
+    from engine.train.exit_sweep import sweep
+
+    rng = np.random.default_rng(1)
+    n_prompts, steps, n_layer, k = 30, 24, 6, 4
+    n = n_prompts * steps
+    rec = rng.normal(size=(n, n_layer, k)).astype(np.float32)
+    rec[: n // 2, 2:, 0] += 6.0  # half the steps settle on candidate 0 from layer 2
+    cands = np.tile(np.arange(k), (n, 1)) + 100
+    token = np.where(np.arange(n) < n // 2, 100, rng.integers(0, 5, n))  # the rest: outside the candidates
+    data = exits.ExitData(rec, rng.normal(size=(n, k)).astype(np.float32), np.zeros((n, 4), np.float32),
+                          cands, token, np.repeat(np.arange(n_prompts), steps))  # fmt: skip
+    prompts = {i: rng.integers(0, 5, 40).tolist() for i in range(n_prompts)}
+    for s in sweep(data, prompts, [0.99, 0.9], head_cost=3.0, check_cost=0.5, epochs=20):
+        assert s.context_bound <= s.static + 1e-9 and s.copy_bound <= s.static + 1e-9
+        assert s.static < 1.0 and s.schedule and set(s.schedule) <= set(s.calibrated)
+        assert 0.0 < s.copy_hits < 0.5  # tokens 0-4 repeat, so the copy drafter proposes some of them

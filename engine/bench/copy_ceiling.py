@@ -20,54 +20,28 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-MIN_MATCH = 2  # the copy drafter's index is of token pairs
-MAX_MATCH = 32
+from engine.sequences import CopyLookup
+
 MAX_DRAFT = 16
-MAX_CANDIDATES = 64  # the most recent occurrences examined, as the copy drafter does
-
-
-def longest_match(ctx: list[int], index: dict[tuple[int, int], list[int]]) -> tuple[int, int]:
-    """The end position of the longest earlier occurrence of ctx's last tokens (the latest on ties),
-    or -1, and its length: the copy drafter's lookup."""
-    n = len(ctx)
-    best_len, best_pos = 0, -1
-    hits = index.get((ctx[-2], ctx[-1]), [])
-    for i in reversed(hits[-MAX_CANDIDATES:]):
-        if i + 1 >= n:
-            continue  # the context's own last pair: nothing follows it yet
-        length = MIN_MATCH
-        while length < MAX_MATCH and i - length >= 0 and ctx[i - length] == ctx[n - 1 - length]:
-            length += 1
-        if length > best_len:
-            best_len, best_pos = length, i
-    return best_pos, best_len
 
 
 def ceiling(prompt: list[int], answer: list[int], cost: dict[int, float]) -> float:
     """Answer tokens per unit of one-row decode cost under perfect-foresight copying (1.0: no gain)."""
-    ctx = list(prompt)
-    index: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for i in range(1, len(ctx)):
-        index[(ctx[i - 1], ctx[i])].append(i)
-
-    def push(tok: int) -> None:
-        ctx.append(tok)
-        index[(ctx[-2], ctx[-1])].append(len(ctx) - 1)
-
+    look = CopyLookup(prompt)
     t, spent = 1, 0.0  # answer[0] comes with the prompt's prefill, like every mode's first token
     while t < len(answer):
-        push(answer[t - 1])  # the token this step's batch starts with
-        pos = longest_match(ctx, index)[0] if len(ctx) >= MIN_MATCH else -1
+        look.push(answer[t - 1])  # the token this step's batch starts with
+        pos = look.longest_match()[0]
         k = 0
         if pos >= 0:
-            ahead = ctx[pos + 1 : pos + 1 + MAX_DRAFT]
+            ahead = look.ctx[pos + 1 : pos + 1 + MAX_DRAFT]
             while k < len(ahead) and t + k < len(answer) and ahead[k] == answer[t + k]:
                 k += 1
             if k and cost[k + 1] >= k + 1:
                 k = 0  # confirmed, yet dearer than decoding them one by one
         spent += cost[k + 1]
         for j in range(k):
-            push(answer[t + j])
+            look.push(answer[t + j])
         t += k + 1
     return (len(answer) - 1) / spent if spent else 1.0
 
@@ -77,18 +51,15 @@ def hit_rates(prompt: list[int], answer: list[int]) -> dict[tuple[str, str], lis
     answer one token at a time: [hits, tries] per (match length, whether the earlier occurrences of
     the context's last two tokens all went on alike: "one" occurrence, "agree", "disagree"). The
     evidence a drafter can have before it drafts, and what it is worth."""
-    ctx = list(prompt)
-    index: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for i in range(1, len(ctx)):
-        index[(ctx[i - 1], ctx[i])].append(i)
+    look = CopyLookup(prompt)
+    ctx = look.ctx
     out: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for t in range(1, len(answer)):
-        ctx.append(answer[t - 1])
-        index[(ctx[-2], ctx[-1])].append(len(ctx) - 1)
-        pos, length = longest_match(ctx, index)
+        look.push(answer[t - 1])
+        pos, length = look.longest_match()
         if pos < 0:
             continue
-        seen = [i for i in index[(ctx[-2], ctx[-1])][-MAX_CANDIDATES:] if i + 1 < len(ctx)]
+        seen = look.earlier()
         alike = "one" if len(seen) == 1 else "agree" if all(ctx[i + 1] == ctx[pos + 1] for i in seen) else "disagree"
         bucket = str(length) if length <= 4 else "5-7" if length < 8 else "8-15" if length < 16 else "16+"
         row = out[(bucket, alike)]

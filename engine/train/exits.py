@@ -9,6 +9,7 @@ full model chose. Label of (step, layer): the best candidate at that layer is th
 from __future__ import annotations
 
 import json
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from tqdm import tqdm
 from engine import protocol as p
 from engine.atomic import write_text_atomic
 from engine.models.exit_predictors import ExitPredictors, LayerPredictor
-from engine.prompts import BenchPrompt
+from engine.prompts import BenchPrompt, load_prompts
 
 DATA_FILE = "exit-data.npz"
 
@@ -276,6 +277,21 @@ def fit_vocab_head(f: np.ndarray, y: np.ndarray, epochs: int = 300) -> tuple[np.
     return wn.astype(np.float32), float(b.detach().numpy()[0] - (wn * mean).sum())
 
 
+def heldout_steps(seq: np.ndarray, frac: float = 0.3) -> np.ndarray:
+    """[steps] bool: the steps of a seeded share of the prompts, held out for calibration."""
+    seqs = np.unique(seq)
+    held = np.random.default_rng(0).choice(seqs, size=max(1, int(len(seqs) * frac)), replace=False)
+    return np.isin(seq, held)
+
+
+def exit_prompts(prompts_file: Path, first_prompt: int = 0, n_prompts: int = 0) -> list[BenchPrompt]:
+    """The prompts a recording was made on, in its order (its `seq` indexes them): shuffled as the
+    EAGLE trainer does, so first_prompt can skip the ones the head was trained on."""
+    prompts = load_prompts(prompts_file)
+    random.Random(0).shuffle(prompts)
+    return prompts[first_prompt : first_prompt + n_prompts if n_prompts else None]
+
+
 def fit_predictors(
     data: ExitData,
     target_sha: str,
@@ -299,10 +315,7 @@ def fit_predictors(
         )
     n_layer, k = data.rec.shape[1], data.rec.shape[2]
     x, y = features(data.rec, data.draft_lp), data.labels
-    seqs = np.unique(data.seq)
-    rng = np.random.default_rng(0)
-    held = set(rng.choice(seqs, size=max(1, int(len(seqs) * heldout_frac)), replace=False).tolist())
-    is_held = np.array([s in held for s in data.seq])
+    is_held = heldout_steps(data.seq, heldout_frac)
     preds = train_mlps(x[~is_held], y[~is_held], hidden=hidden, epochs=epochs)
     z_cal = predictor_logits(preds, x[is_held])
     thr = calibrate(z_cal, y[is_held], precision)
@@ -399,9 +412,7 @@ def train_exits(
     check_cost: float = CHECK_COST_LAYERS,
 ) -> dict:
     """Data from the engine + per-layer MLPs + thresholds + schedule -> out (GGUF) and the
-    `exits` entry of manifest.json beside it. Prompts are shuffled as the EAGLE trainer does, so
-    first_prompt can skip the ones the head was trained on."""
-    import random
+    `exits` entry of manifest.json beside it; the prompts are `exit_prompts`."""
     import shlex
     import sys
 
@@ -409,14 +420,11 @@ def train_exits(
     from engine.models.acceleration import check_eagle_head, model_sha256
     from engine.models.exit_predictors import save_predictors
     from engine.paths import cache_dir
-    from engine.prompts import load_prompts
 
     check_eagle_head(head, model)
     sha = model_sha256(model)
     work = work or cache_dir() / "train" / f"exits-{sha[:16]}"
-    prompts = load_prompts(prompts_file)
-    random.Random(0).shuffle(prompts)
-    prompts = prompts[first_prompt : first_prompt + n_prompts if n_prompts else None]
+    prompts = exit_prompts(prompts_file, first_prompt, n_prompts)
     t0 = time.monotonic()
     data = collect(model, head, prompts, work, max_new, n_threads or physical_cores())
     t_data = time.monotonic() - t0
