@@ -38,6 +38,15 @@ def test_train_exits_end_to_end(tmp_path: Path, model_path: Path) -> None:
     data = exits.load_data(tmp_path / "work")
     again = exits.collect(model_path, out_dir / "eagle.gguf", [], tmp_path / "work", 24, 2)
     np.testing.assert_array_equal(again.token, data.token)
+    # a recording cut short is set aside with a line saying so, and recording starts over
+    recording = tmp_path / "work" / exits.DATA_FILE
+    recording.write_bytes(recording.read_bytes()[:1000])
+    with pytest.raises(ValueError, match="is damaged"):
+        exits.load_data(tmp_path / "work")
+    prompts = exits.exit_prompts(RESOURCES_DIR / "prompts" / "train.jsonl", 1300, 1)
+    redone = exits.collect(model_path, out_dir / "eagle.gguf", prompts, tmp_path / "work", 8, 2)
+    assert 0 < len(redone.token) <= 8 and set(redone.seq.tolist()) == {0}
+    assert (tmp_path / "work" / ("damaged-" + exits.DATA_FILE)).is_file()
 
 
 def test_a_layer_whose_check_costs_more_than_its_exits_save_is_dropped() -> None:

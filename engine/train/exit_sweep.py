@@ -129,6 +129,8 @@ def main() -> None:
     ap.add_argument("--precision", type=float, nargs="+", default=[0.995, 0.99])
     ap.add_argument("--epochs", type=int, default=60)
     args = ap.parse_args()
+    if not (args.work / X.DATA_FILE).is_file():
+        raise SystemExit(f"no recording in {args.work}: make one with `specee train exits --work {args.work} ...`")
 
     from engine.llm.chat_prompt import ChatPrompt
     from engine.llm.load import vocab_only
@@ -147,7 +149,10 @@ def main() -> None:
     llm = vocab_only(model)
     chat = ChatPrompt.for_model(llm, inspect_gguf(model).chat_template)
     tokens = {i: chat.fit([{"role": "user", "content": q.text}], 1024 - args.max_new - 8).tokens for i, q in enumerate(prompts)}
-    data = X.load_data(args.work)
+    try:
+        data = X.load_data(args.work)
+    except ValueError as err:
+        raise SystemExit(str(err)) from err
     print(f"{model.name}: {len(data.token)} steps, lm_head {head_cost:.2f} layers, a check {check_cost:.2f}")
     print("cost per token / a full-depth step's (exit rate), on the held-out prompts:")
     print(f"{'precision':>9} {'calibrated':<18} {'schedule':<10} {'static':>15} {'context bound':>16} {'copy cands':>22}")

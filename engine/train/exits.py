@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,10 +88,17 @@ def collect(model_path: Path, head_path: Path, prompts: list[BenchPrompt], work:
     parts: dict[str, list[np.ndarray]] = {"rec": [], "draft_lp": [], "vocab": [], "cands": [], "token": [], "seq": []}
     done: set[str] = set()
     if path.exists():
-        with np.load(path) as z:
+        try:
+            with np.load(path) as z:
+                loaded = {k: z[k] for k in parts}
+                done = set(json.loads(str(z["done"])))
             for k in parts:
-                parts[k].append(z[k])
-            done = set(json.loads(str(z["done"])))
+                parts[k].append(loaded[k])
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+            # a recording cut short (disk full, killed mid-write by hand): record again, keep the file
+            aside = path.with_name("damaged-" + path.name)
+            path.replace(aside)
+            print(f"[specee] {path} is damaged ({err}); moved to {aside.name}, recording again", file=sys.stderr)
     llm = open_model(model_path, n_ctx=1024, n_batch=512, n_threads=n_threads, n_threads_batch=n_threads)
     chat = ChatPrompt.for_model(llm, inspect_gguf(model_path).chat_template)
     dec = SpecEEDecoder(llm, head_path, None, n_threads)
@@ -130,8 +139,12 @@ def _save(path: Path, parts: dict[str, list[np.ndarray]], done: set[str]) -> Non
 
 
 def load_data(work: Path) -> ExitData:
-    with np.load(work / DATA_FILE) as z:
-        return ExitData(z["rec"].astype(np.float32), z["draft_lp"], z["vocab"], z["cands"], z["token"], z["seq"])
+    path = work / DATA_FILE
+    try:
+        with np.load(path) as z:
+            return ExitData(z["rec"].astype(np.float32), z["draft_lp"], z["vocab"], z["cands"], z["token"], z["seq"])
+    except (ValueError, KeyError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{path} is damaged ({err}): remove it and record again with `specee train exits`") from err
 
 
 # ---- training -----------------------------------------------------------------------------
@@ -414,7 +427,6 @@ def train_exits(
     """Data from the engine + per-layer MLPs + thresholds + schedule -> out (GGUF) and the
     `exits` entry of manifest.json beside it; the prompts are `exit_prompts`."""
     import shlex
-    import sys
 
     from engine.hardware import physical_cores
     from engine.models.acceleration import check_eagle_head, model_sha256
