@@ -1,10 +1,12 @@
 """The target model as a teacher: greedy answers plus the hidden states EAGLE heads learn from.
 
 One in-process llama.cpp model with two contexts (our native build). Greedy answers are generated
-for several conversations at once, one row per sequence in each decode call (`answers`): on a CPU a
-call of 16 rows costs ~5x one row, so batching triples the teacher's throughput. Then each
-prompt+answer runs through the target once more as a single batch with layer-input capture on,
-reading the three fused feature layers and the target's top-4 predictions at every position.
+for several conversations at once, one row per sequence in each decode call (`sequences`): on a CPU
+a call of 16 rows costs ~5x one row, so batching triples the teacher's throughput. The generation
+context captures the three fused feature layers' inputs of every row it decodes, so each answer's
+features come with it (the features of the very pass that chose each token), and the target's top-4
+predictions from the same logits. `features` runs one prompt+answer through the other context as
+a single batch: the reference the batched capture is tested against.
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ def _sample(logits: np.ndarray, rng: np.random.Generator, temperature: float, to
     prob /= prob.sum()
     keep = int(np.searchsorted(np.cumsum(prob), top_p)) + 1
     return int(top[order[rng.choice(keep, p=prob[:keep] / prob[:keep].sum())]])
+
+
+def _top4(logits: np.ndarray) -> np.ndarray:
+    """[rows, 4] the four largest logits' token ids, best first."""
+    top = np.argpartition(-logits, 4, axis=1)[:, :4]
+    order = np.take_along_axis(logits, top, axis=1).argsort(axis=1)[:, ::-1]
+    return np.take_along_axis(top, order, axis=1).astype(np.int32)
+
+
+# Prompt rows per prefill call of the generation context; each row's logits are kept (for its top-4),
+# so this bounds that buffer: 512 rows of a 152k vocabulary are 300 MB.
+PREFILL_ROWS = 512
 
 
 def default_feature_layers(n_layer: int) -> list[int]:
@@ -84,6 +98,8 @@ class Teacher:
             ctx = C.llama_init_from_model(self.llm._model.model, params)
             if not ctx:
                 raise RuntimeError(f"could not create a {n_seq}-sequence generation context")
+            for lid in self.layers:  # before its first decode: turning capture on re-reserves the scheduler
+                self.lib.specee_capture_layer_input(ctx, lid, True)
             self._gen_ctx, self._gen_n_seq = ctx, n_seq
         return self._gen_ctx
 
@@ -92,49 +108,68 @@ class Teacher:
             C.llama_free(self._gen_ctx)
         self._gen_ctx, self._gen_n_seq = None, 0
 
-    def answers(self, user_texts: list[str], max_new: int, n_seq: int = 16) -> list[tuple[list[int], list[int]]]:
-        """(prompt tokens, greedy answer tokens) for each text, `n_seq` conversations per decode call."""
-        out: list[tuple[list[int], list[int]]] = []
+    def sequences(self, user_texts: list[str], max_new: int, n_seq: int = 16) -> list[Sequence]:
+        """Each text's prompt + greedy answer with its features and top-4 predictions, `n_seq`
+        conversations per decode call."""
+        out: list[Sequence] = []
         for start in range(0, len(user_texts), n_seq):
             out += self._answer_group(user_texts[start : start + n_seq], max_new, n_seq)
         return out
 
-    def _answer_group(self, texts: list[str], max_new: int, n_seq: int) -> list[tuple[list[int], list[int]]]:
+    def _answer_group(self, texts: list[str], max_new: int, n_seq: int) -> list[Sequence]:
         budget = self.n_ctx - max_new - 1
         prompts = [self.prompt.fit([{"role": "user", "content": t}], budget).tokens for t in texts]
         ctx = self._generation_context(n_seq)
         C.llama_memory_clear(C.llama_get_memory(ctx), True)
         vocab = self.llm._model.vocab
         answers: list[list[int]] = [[] for _ in texts]
-        # Prefill every prompt (its own sequence), packing as many into one call as n_batch allows.
-        n_batch = max(self.n_ctx, 2048)
+        feats = [np.empty((len(p) + max_new, 3, self.n_embd), np.float16) for p in prompts]
+        top4 = [np.full((len(p) + max_new, 4), -1, np.int32) for p in prompts]  # answer rows: only the top one is known
+        # Prefill every prompt (its own sequence), as many per call as PREFILL_ROWS allows (every row's logits: top-4)
         next_tok = [0] * len(texts)
         pending = list(range(len(texts)))
         while pending:
-            group, size = [], 0
-            while pending and size + len(prompts[pending[0]]) <= n_batch:
+            group = [pending.pop(0)]
+            size = len(prompts[group[0]])
+            while pending and size + len(prompts[pending[0]]) <= PREFILL_ROWS:
                 size += len(prompts[pending[0]])
                 group.append(pending.pop(0))
-            rows = [(tok, pos, i, pos == len(prompts[i]) - 1) for i in group for pos, tok in enumerate(prompts[i])]
+            rows = [(tok, pos, i, True) for i in group for pos, tok in enumerate(prompts[i])]
             logits = self._decode_rows(ctx, rows)
-            for k, i in enumerate(group):
-                next_tok[i] = int(np.argmax(logits[k]))
+            captured = self._captured(ctx, len(rows))
+            r = 0
+            for i in group:
+                n = len(prompts[i])
+                feats[i][:n] = captured[r : r + n]
+                top4[i][:n] = _top4(logits[r : r + n])
+                next_tok[i] = int(top4[i][n - 1, 0])
+                r += n
+        # Decode: a row per sequence and call; a sequence's last token is decoded too (its features
+        # and top-4), then it leaves
         active = list(range(len(texts)))
         while active:
-            still = []
             for i in active:
-                tok = next_tok[i]
-                answers[i].append(tok)  # an end-of-turn token is a prediction too
-                if not C.llama_vocab_is_eog(vocab, tok) and len(answers[i]) < max_new:
-                    still.append(i)
-            active = still
-            if not active:
-                break
+                answers[i].append(next_tok[i])  # an end-of-turn token is a prediction too
             rows = [(next_tok[i], len(prompts[i]) + len(answers[i]) - 1, i, True) for i in active]
             logits = self._decode_rows(ctx, rows)
+            captured = self._captured(ctx, len(rows))
+            still = []
             for k, i in enumerate(active):
-                next_tok[i] = int(np.argmax(logits[k]))
-        return list(zip(prompts, answers, strict=True))
+                pos = len(prompts[i]) + len(answers[i]) - 1
+                feats[i][pos] = captured[k]
+                if C.llama_vocab_is_eog(vocab, next_tok[i]) or len(answers[i]) >= max_new:
+                    top4[i][pos] = _top4(logits[k : k + 1])[0]
+                else:
+                    next_tok[i] = int(np.argmax(logits[k]))
+                    top4[i][pos, 0] = next_tok[i]
+                    still.append(i)
+            active = still
+        out = []
+        for i, prompt in enumerate(prompts):
+            n = len(prompt) + len(answers[i])
+            tokens = np.asarray(prompt + answers[i], dtype=np.int32)
+            out.append(Sequence(tokens, len(prompt), feats[i][:n].copy(), top4[i][:n].copy()))
+        return out
 
     def instructions(
         self, n: int, max_len: int, rng: np.random.Generator, temperature: float = 1.0, top_p: float = 0.95, n_seq: int = 16
@@ -187,6 +222,15 @@ class Teacher:
         n_out = sum(1 for r in rows if r[3])
         return np.ctypeslib.as_array(C.llama_get_logits(ctx), shape=(n_out, self.n_vocab)).copy()
 
+    def _captured(self, ctx: ctypes.c_void_p, n_rows: int) -> np.ndarray:
+        """[rows, 3, n_embd] float16: the feature layers' inputs of every row of the last decode call
+        (llama.cpp puts them back in batch order)."""
+        feats = np.empty((n_rows, 3, self.n_embd), np.float16)
+        for j, lid in enumerate(self.layers):
+            ptr = self.lib.specee_layer_input(ctx, lid)
+            feats[:, j, :] = np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_embd))
+        return feats
+
     def features(self, tokens: list[int], n_prompt: int) -> Sequence:
         """One batch through the target: per-position feature layers and top-4 predictions.
         `tokens` past n_prompt are the target's own greedy answer, so there the top prediction is
@@ -219,9 +263,7 @@ class Teacher:
             feats[:, j, :] = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n, self.n_embd))
         rows = np.r_[np.arange(min(n_prompt, n)), [n - 1]] if n_prompt < n else np.arange(n)
         logits = np.ctypeslib.as_array(C.llama_get_logits(self.llm._ctx.ctx), shape=(len(rows), self.n_vocab))
-        top = np.argpartition(-logits, 4, axis=1)[:, :4]
-        order = np.take_along_axis(logits, top, axis=1).argsort(axis=1)[:, ::-1]
         top4 = np.full((n, 4), -1, dtype=np.int32)  # answer rows: only the top one is known
-        top4[rows] = np.take_along_axis(top, order, axis=1)
+        top4[rows] = _top4(logits)
         top4[n_prompt : n - 1, 0] = tokens[n_prompt + 1 :]
         return Sequence(np.asarray(tokens, dtype=np.int32), n_prompt, feats, top4)

@@ -83,8 +83,7 @@ def generate_dataset(
         seqs: list[Sequence] = []
         for sub in range(0, len(group), n_seq):
             part = group[sub : sub + n_seq]
-            for prompt_tokens, answer in teacher.answers([p.text for p in part], max_new, n_seq):
-                seqs.append(teacher.features(prompt_tokens + answer, len(prompt_tokens)))
+            seqs += teacher.sequences([p.text for p in part], max_new, n_seq)
             bar.update(len(part))
         name = f"shard-{len(manifest['shards']):05d}"
         _write_shard(folder, name, seqs)
