@@ -656,6 +656,19 @@ def cmd_train_eval_head(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_status(args: argparse.Namespace) -> int:
+    from engine.train.status import folder_status
+
+    work = Path(args.work) if args.work else _train_folder(resolve_model(args.model), None)
+    if not work.is_dir():
+        print(f"specee train status: no training folder at {work}", file=sys.stderr)
+        return 1
+    print(f"{work}:")
+    for line in folder_status(work):
+        print(f"  {line}")
+    return 0
+
+
 def cmd_train_exits(args: argparse.Namespace) -> int:
     train_exits = _trainer("engine.train.exits", "train_exits")
     if train_exits is None:
@@ -830,6 +843,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--steps", type=int, default=3, help="draft chain length evaluated")
     ev.add_argument("--work", help="folder of the dev teacher data (a training run's --work reuses its own)")
     ev.set_defaults(func=cmd_train_eval_head)
+    status = train_sub.add_parser("status", help="where a training folder stands (questions, teacher data, epochs, exit data)")
+    status.add_argument("--work", help="the folder (default: the model's training folder)")
+    status.add_argument("--model", help="target GGUF, to find its default folder (default: the default model)")
+    status.set_defaults(func=cmd_train_status)
     exits = train_sub.add_parser("exits", help="SpecEE exit predictors: data from the engine, training, calibration, export")
     exits.add_argument("--model", help="target GGUF (default: the default model)")
     exits.add_argument("--head", help="EAGLE head GGUF (default: the one installed for the model)")

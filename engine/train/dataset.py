@@ -73,6 +73,7 @@ def generate_dataset(
         "shards": [],
         "done": [],
     }
+    manifest["planned"] = len(prompts)  # for `specee train status`; a resumed run has the same list
     done = set(manifest["done"])
     todo = [p for p in prompts if p.id not in done]
     for tmp in folder.glob(".shard-*"):

@@ -303,7 +303,8 @@ def train_head(
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "batch": batch, "losses": losses,
                     "history": history, "elapsed": time.monotonic() - t_start, "cfg": cfg.as_dict(), "d2t": head.d2t,
-                    "best": best_state, "best_score": best_score, "best_epoch": best_epoch}, tmp)  # fmt: skip
+                    "best": best_state, "best_score": best_score, "best_epoch": best_epoch,
+                    "epochs": epochs, "per_epoch": per_epoch}, tmp)  # fmt: skip
         tmp.replace(ckpt_path)
 
     for epoch in range(start_epoch, epochs):
