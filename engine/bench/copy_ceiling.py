@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--model", help="GGUF path or model id (default: the report's model)")
     ap.add_argument("--prompts", help="the prompt file of that run (default: the dev prompts)")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--cost", help="decode cost of n rows relative to one, e.g. 2:1.72,4:3.05,8:6.0,16:8.71 "
+                                   "(default: measured now, as the worker loads the model)")  # fmt: skip
     args = ap.parse_args()
 
     from engine.llm.chat_prompt import ChatPrompt
@@ -96,13 +98,18 @@ def main() -> None:
     from engine.llm.load import vocab_only
     from engine.models.gguf_file import inspect_gguf
     from engine.models.registry import ModelRegistry
+    from engine.placement.weights_layout import repack_is_exact
     from engine.prompts import DEV_PROMPTS, load_prompts
 
     rep = json.loads(args.report.read_text(encoding="utf-8"))
     model = ModelRegistry().path_for(args.model or rep["model"])
     threads = args.threads or rep.get("threads") or 2
-    curve = next(c for c in measure(model, False, threads, ["multi-column"], SIZES))
-    cost = relative_costs(curve.ms)
+    if args.cost:
+        cost = relative_costs({1: 1.0, **{int(n): float(x) for n, x in (kv.split(":") for kv in args.cost.split(","))}})
+    else:  # the kernels the worker decodes this model with (a Q4_K model: repacked)
+        repack = repack_is_exact(inspect_gguf(model))
+        curve = next(c for c in measure(model, repack, threads, ["repacked" if repack else "multi-column"], SIZES))
+        cost = relative_costs(curve.ms)
     llm = vocab_only(model)
     chat = ChatPrompt.for_model(llm, inspect_gguf(model).chat_template)
     prompts = {q.id: q for q in load_prompts(args.prompts or DEV_PROMPTS)}
