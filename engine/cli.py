@@ -617,8 +617,9 @@ def cmd_train_prompts(args: argparse.Namespace) -> int:
     model = resolve_model(args.model)
     work = _train_folder(model, args.work)
     result = make_prompts(
-        model, Path(args.out), args.n, work, Path(args.mix) if args.mix else None, args.mix_first, args.seed, args.threads
-    )
+        model, Path(args.out), args.n, work, Path(args.mix) if args.mix else None, args.mix_first, args.seed, args.threads,
+        Path(args.exclude) if args.exclude else None,
+    )  # fmt: skip
     print(json.dumps(result, indent=1))
     return 0
 
@@ -827,6 +828,8 @@ def build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("--mix-first", type=int, default=0,
                          help="only the first N of --mix in the trainers' shuffled order (0 = all)")  # fmt: skip
     prompts.add_argument("--seed", type=int, default=0)
+    prompts.add_argument("--exclude", help="leave out questions that open like a prompt of this file (e.g. the head's "
+                                           "training prompts, to make the exit predictors' own)")  # fmt: skip
     prompts.add_argument("--threads", type=int, default=0)
     prompts.add_argument("--work", help="folder for the question shards (default: the model's training folder)")
     prompts.set_defaults(func=cmd_train_prompts)

@@ -59,3 +59,11 @@ def test_the_models_own_questions_are_reproduced_and_resumed_from_shards(model_p
         f.unlink()
     magpie.make_prompts(model_path, out, 2, work, mix=dev, mix_first=3)  # the same seeds write the same questions
     assert out.read_text() == first
+    # questions the head never saw, for the exit predictors: none opens like one of `out`'s
+    more = tmp_path / "more.jsonl"
+    magpie.make_prompts(model_path, more, 2, work, mix=dev, mix_first=5, exclude=out)
+    new = [json.loads(line) for line in more.read_text().splitlines()]
+    assert [r["id"] for r in new[:2]] == [q.id for q in mixed_prompts(dev, 5)[3:]]  # the 3 in `out` left out
+    assert len(new) == 4 and all(r["category"] == "magpie" for r in new[2:])
+    assert not {magpie.signature(r["prompt"]) for r in new} & {magpie.signature(r["prompt"]) for r in rows}
+    assert not {r["id"] for r in new} & {r["id"] for r in rows}

@@ -79,18 +79,26 @@ def make_prompts(
     mix_first: int = 0,
     seed: int = 0,
     n_threads: int = 0,
+    exclude: Path | None = None,
 ) -> dict:
     """Write `out`: the mixed-in prompts, then at least n new questions of the model's own (fewer only
-    if 4x the shards needed at the first shard's yield still does not give n)."""
+    if 4x the shards needed, beyond those already made, still do not give n). Prompts, mixed-in or
+    written, that open like one of `exclude` are left out: with the head's training prompts there,
+    the rest of the mixed-in file and new questions are prompts for the exit predictors that the
+    head never saw."""
     from engine.llm.teacher import Teacher
 
     folder = work / "magpie"
     folder.mkdir(parents=True, exist_ok=True)
     base = mixed_prompts(mix, mix_first)
     teacher: Teacher | None = None
-    seen = {signature(q.text) for q in base}
+    excluded = load_prompts(exclude) if exclude else []
+    left_out = {signature(q.text) for q in excluded}
+    base = [q for q in base if signature(q.text) not in left_out]
+    seen = left_out | {signature(q.text) for q in base}
     kept: list[str] = []
-    shard, limit = 0, max(4 * -(-n // SHARD_SIZE), 1)
+    made = len(list(folder.glob("shard-*.jsonl")))
+    shard, limit = 0, made + max(4 * -(-n // SHARD_SIZE), 1)
     bar = tqdm(total=n, desc="questions", unit="q")
     while len(kept) < n and shard < limit:
         path = folder / f"shard-{shard:05d}.jsonl"
@@ -106,6 +114,7 @@ def make_prompts(
         shard += 1
     bar.close()
     rows = [{"id": q.id, "category": q.category, "prompt": q.text} for q in base]
-    rows += [{"id": f"magpie-{i:05d}", "category": "magpie", "prompt": q} for i, q in enumerate(kept[:n])]
+    first_id = len(excluded)  # ids that never meet the excluded file's
+    rows += [{"id": f"magpie-{first_id + i:05d}", "category": "magpie", "prompt": q} for i, q in enumerate(kept[:n])]
     write_text_atomic(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return {"out": str(out), "mixed": len(base), "questions": min(len(kept), n), "shards": shard}
