@@ -828,8 +828,8 @@ def build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("--mix-first", type=int, default=0,
                          help="only the first N of --mix in the trainers' shuffled order (0 = all)")  # fmt: skip
     prompts.add_argument("--seed", type=int, default=0)
-    prompts.add_argument("--exclude", help="leave out questions that open like a prompt of this file (e.g. the head's "
-                                           "training prompts, to make the exit predictors' own)")  # fmt: skip
+    prompts.add_argument("--exclude", help="leave out prompts, mixed-in or written, that open like one of this file "
+                                           "(the head's training prompts: the exit predictors' own)")  # fmt: skip
     prompts.add_argument("--threads", type=int, default=0)
     prompts.add_argument("--work", help="folder for the question shards (default: the model's training folder)")
     prompts.set_defaults(func=cmd_train_prompts)
