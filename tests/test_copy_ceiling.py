@@ -36,3 +36,22 @@ def test_hit_rates_count_each_proposal_by_its_match_length_and_whether_earlier_o
     assert dict(hit_rates([1, 2, 3, 4], [1, 2, 3, 4])) == {("2", "one"): [1, 1], ("3", "one"): [1, 1]}
     # (7, 8) went on with 1 and then 2: the latest proposes 2, the answer says 3
     assert dict(hit_rates([7, 8, 1, 7, 8, 2], [7, 8, 3])) == {("2", "disagree"): [0, 1]}
+
+
+def test_the_replay_takes_a_given_cost_curve_instead_of_measuring(tmp_path, model_path) -> None:  # type: ignore[no-untyped-def]
+    """`--cost` replays a report under a curve measured elsewhere (the README's), with no decode run."""
+    import json
+    import subprocess
+    import sys
+
+    answer = [504, 3049, 28, 504, 3049, 28, 504, 3049, 28, 2]
+    sample = {"prompt_id": "writing-02", "tokens": answer, "decode_tok_s": 10.0}
+    samples = {"vanilla": [sample], "ngram": [{**sample, "decode_tok_s": 11.0}]}
+    (tmp_path / "r.json").write_text(json.dumps({"model": str(model_path), "threads": 2, "samples": samples}))
+    cmd = [sys.executable, "-m", "engine.bench.copy_ceiling", str(tmp_path / "r.json"), "--cost", "2:1.5,4:2.0,16:6.0"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "cost of n rows / one row here: 2: 1.50, 3: 1.75, 4: 2.00, 8: 3.33, 16: 6.00" in run.stdout
+    assert "cost curve" not in run.stderr  # nothing was measured
+    writing = next(line.split() for line in run.stdout.splitlines() if line.startswith("writing"))
+    assert writing[1] == "1" and float(writing[2]) > 1.0 and writing[3] == "1.100"  # a repeated run copies
