@@ -1,6 +1,10 @@
 """engine.bench.copy_ceiling: the perfect-foresight bound on prompt-lookup drafting."""
 
-from engine.bench.copy_ceiling import ceiling, hit_rates, relative_costs
+import argparse
+
+import pytest
+
+from engine.bench.copy_ceiling import ceiling, cost_arg, hit_rates, relative_costs
 
 FREE = dict.fromkeys(range(1, 18), 1.0)  # extra rows cost nothing
 DEAR = {n: float(n) for n in range(1, 18)}  # n rows cost n one-row decodes
@@ -28,6 +32,13 @@ def test_relative_costs_interpolate_between_measured_sizes() -> None:
     cost = relative_costs({1: 10.0, 2: 15.0, 4: 20.0, 8: 30.0, 16: 60.0})
     assert cost[1] == 1.0 and cost[2] == 1.5 and cost[3] == 1.75 and cost[16] == 6.0
     assert cost[17] == 6.0 * 17 / 16
+
+
+def test_a_given_cost_curve_is_parsed_or_refused_with_what_it_wants() -> None:
+    assert cost_arg("2:1.5,4:2.0") == {1: 1.0, 2: 1.5, 4: 2.0}
+    for bad in ("2=1.5", "2:x", "1:1.0", "2:-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cost_arg(bad)
 
 
 def test_hit_rates_count_each_proposal_by_its_match_length_and_whether_earlier_occurrences_agree() -> None:

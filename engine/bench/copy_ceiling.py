@@ -82,13 +82,24 @@ def relative_costs(ms: dict[int, float]) -> dict[int, float]:
     return out
 
 
+def cost_arg(text: str) -> dict[int, float]:
+    """`--cost 2:1.72,4:3.05`: rows -> cost relative to one row (one row is 1.0)."""
+    try:
+        pairs = {int(n): float(x) for n, x in (kv.split(":") for kv in text.split(","))}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want ROWS:COST pairs, e.g. 2:1.72,4:3.05,8:6.0") from None
+    if not pairs or min(pairs) < 2 or min(pairs.values()) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: row counts of 2 or more, positive costs")
+    return {1: 1.0, **pairs}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("report", type=Path, help="a `specee bench --json` report with a vanilla mode")
     ap.add_argument("--model", help="GGUF path or model id (default: the report's model)")
     ap.add_argument("--prompts", help="the prompt file of that run (default: the dev prompts)")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--cost", help="decode cost of n rows relative to one, e.g. 2:1.72,4:3.05,8:6.0,16:8.71 "
+    ap.add_argument("--cost", type=cost_arg, help="decode cost of n rows relative to one, e.g. 2:1.72,4:3.05,8:6.0,16:8.71 "
                                    "(default: measured now, as the worker loads the model)")  # fmt: skip
     args = ap.parse_args()
 
@@ -105,7 +116,7 @@ def main() -> None:
     model = ModelRegistry().path_for(args.model or rep["model"])
     threads = args.threads or rep.get("threads") or 2
     if args.cost:
-        cost = relative_costs({1: 1.0, **{int(n): float(x) for n, x in (kv.split(":") for kv in args.cost.split(","))}})
+        cost = relative_costs(args.cost)
     else:  # the kernels the worker decodes this model with (a Q4_K model: repacked)
         repack = repack_is_exact(inspect_gguf(model))
         curve = next(c for c in measure(model, repack, threads, ["repacked" if repack else "multi-column"], SIZES))
