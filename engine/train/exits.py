@@ -9,7 +9,6 @@ full model chose. Label of (step, layer): the best candidate at that layer is th
 from __future__ import annotations
 
 import json
-import random
 import sys
 import time
 import zipfile
@@ -23,7 +22,8 @@ from tqdm import tqdm
 from engine import protocol as p
 from engine.atomic import write_text_atomic
 from engine.models.exit_predictors import ExitPredictors, LayerPredictor
-from engine.prompts import BenchPrompt, load_prompts
+from engine.prompts import BenchPrompt
+from engine.train.magpie import mixed_prompts
 
 DATA_FILE = "exit-data.npz"
 
@@ -300,9 +300,7 @@ def heldout_steps(seq: np.ndarray, frac: float = 0.3) -> np.ndarray:
 def exit_prompts(prompts_file: Path, first_prompt: int = 0, n_prompts: int = 0) -> list[BenchPrompt]:
     """The prompts a recording was made on, in its order (its `seq` indexes them): shuffled as the
     EAGLE trainer does, so first_prompt can skip the ones the head was trained on."""
-    prompts = load_prompts(prompts_file)
-    random.Random(0).shuffle(prompts)
-    return prompts[first_prompt : first_prompt + n_prompts if n_prompts else None]
+    return mixed_prompts(prompts_file, 0)[first_prompt : first_prompt + n_prompts if n_prompts else None]
 
 
 def fit_predictors(

@@ -4,7 +4,6 @@ llama-architecture GGUF. Every stage is resumable: data shards and checkpoints a
 from __future__ import annotations
 
 import json
-import random
 import shlex
 import sys
 import time
@@ -20,6 +19,7 @@ from engine.prompts import DEV_PROMPTS, load_prompts
 from engine.train.dataset import generate_dataset, read_manifest
 from engine.train.eagle_export import export_head, import_head
 from engine.train.eagle_train import evaluate, load_sequences, target_tensors, train_head
+from engine.train.magpie import mixed_prompts
 
 TRAIN_PROMPTS = RESOURCES_DIR / "prompts" / "train.jsonl"
 
@@ -46,10 +46,7 @@ def train_eagle(
     sha = model_sha256(model)
     work = work or cache_dir() / "train" / sha[:16]
     t0 = time.monotonic()
-    prompts = load_prompts(prompts_file)
-    random.Random(0).shuffle(prompts)
-    if n_prompts:
-        prompts = prompts[:n_prompts]
+    prompts = mixed_prompts(prompts_file, n_prompts)  # the trainers' shuffled order
     generate_dataset(str(model), prompts, work / "train-data", max_new=max_new)
     dev = load_prompts(DEV_PROMPTS)[:eval_prompts] if eval_prompts else []
     if dev:

@@ -50,11 +50,8 @@ def _training_line(ckpt: Path) -> str:
     except Exception as err:  # a torn or foreign file: say so, the trainer says the rest
         return f"training: {ckpt} is unreadable ({type(err).__name__}: {err})"
     epochs = f" of {c['epochs']}" if c.get("epochs") else ""
-    into = (
-        f", {c['batch']}{' of ' + str(c['per_epoch']) if c.get('per_epoch') else ''} batches into the next"
-        if c.get("batch")
-        else ""
-    )
+    of_batches = f" of {c['per_epoch']}" if c.get("per_epoch") else ""
+    into = f", {c['batch']}{of_batches} batches into the next" if c.get("batch") else ""
     evals = ", ".join(f"{h['epoch']}: {h['eval']['top1']:.3f}" for h in c.get("history", []) if h.get("eval"))
     return f"training: {c['epoch']}{epochs} epochs done{into}; {c.get('elapsed', 0.0) / 3600:.2f} h trained" + (
         f"; dev top-1 by epoch {evals}" if evals else ""
