@@ -12,10 +12,10 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import platformdirs
 import pytest
@@ -152,6 +152,16 @@ def gpu_layers(backend: str) -> int:
     if backend != "gpu":
         return 0
     return LAVAPIPE_LAYERS if ON_LAVAPIPE else -1
+
+
+T = TypeVar("T")
+
+
+def device_cases(cases: Sequence[T], backend: str, keep: int) -> list[T]:
+    """A lossless test's inputs on this backend: all of them on the CPU and on a real GPU; on lavapipe
+    (the same device code, ~200x slower) the first `keep`. One or two answers show the device path
+    keeps vanilla's tokens; the CPU's run of all of them covers the rest (and keeps CI near 30 min)."""
+    return list(cases[:keep] if backend == "gpu" and ON_LAVAPIPE else cases)
 
 
 def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-untyped-def]

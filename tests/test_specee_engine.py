@@ -22,7 +22,7 @@ from engine.llm.load import capture_head_layers
 from engine.models.acceleration import head_target_layers
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
-from tests.conftest import BACKENDS, gpu_layers
+from tests.conftest import BACKENDS, device_cases, gpu_layers
 
 HEAD = RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gguf"
 QUESTIONS = ("Explain how a bicycle works.", "Write a haiku about autumn rain.", "What is 17 times 23?")
@@ -63,7 +63,7 @@ def _take(stream, n: int) -> list[int]:  # type: ignore[no-untyped-def]
 
 def test_with_exits_off_specee_output_equals_vanilla(llm: Llama, model_path: Path) -> None:
     vanilla = VanillaDecoder(llm)
-    for q in QUESTIONS:
+    for q in device_cases(QUESTIONS, "gpu" if _on_gpu(llm) else "cpu", keep=1):
         tokens = _tokens(llm, model_path, q)
         want = _take(vanilla.stream(tokens, p.Sampling.greedy(40)), 40)
         vanilla.forget()

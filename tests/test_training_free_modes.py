@@ -15,7 +15,7 @@ from engine.client import WorkerClient, WorkerError
 from engine.models.drafts import find_draft_model
 from engine.models.registry import ModelRecord, ModelRegistry
 from engine.prompts import DEV_PROMPTS, load_prompts
-from tests.conftest import BACKENDS, exact_on, placement_for_backend
+from tests.conftest import BACKENDS, device_cases, exact_on, placement_for_backend
 from tests.tiny_models import write_tiny_gguf
 
 COPY = [{"role": "user", "content": "Repeat exactly, twice: The quick brown fox jumps over the lazy dog near the river bank."}]
@@ -48,6 +48,7 @@ def _done(client: WorkerClient, messages: list[dict[str, str]], n: int = 48, mar
 def test_greedy_output_equals_vanilla(model_path: Path, tiny_draft: Path, backend: str, mode: str) -> None:
     placement = placement_for_backend(backend)
     prompts = [COPY] + [[{"role": "user", "content": q.text}] for q in load_prompts(DEV_PROMPTS)[::25][:4]]
+    prompts = device_cases(prompts, backend, keep=2)  # the copy case (ngram must draft) and one more
     with WorkerClient() as vanilla, WorkerClient() as spec:
         vanilla.load(model_path, placement, mode="vanilla")
         loaded = spec.load(model_path, placement, mode=mode, draft_model=str(tiny_draft) if mode == "draft" else "")
