@@ -71,7 +71,8 @@ def make_tarball(app: Path, out_dir: Path) -> Path:
     shutil.copy(ROOT / "resources" / "icons" / "specee-chat.png", stage / "specee-chat.png")
     (stage / f"{APP}.desktop").write_text(DESKTOP.format(exec=f"{APP}.sh", icon="specee-chat"))
     tmp = out.with_suffix(".partial")
-    with tarfile.open(tmp, "w:gz") as tar:
+    # gzip's own default level: as small as tarfile's default 9 here (207 MB) in a third of the time (21 vs 60 s)
+    with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
         tar.add(stage, arcname=stage.name)
     tmp.replace(out)
     shutil.rmtree(stage.parent)
@@ -106,7 +107,10 @@ def make_deb(app: Path, out_dir: Path) -> Path | None:
         " Chat with a local language model; the default model ships inside.\n"
     )
     out = out_dir / f"{APP}_{__version__}_amd64.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root), str(out)], check=True, capture_output=True)
+    # zstd, as Ubuntu's archive since 21.10 (dpkg reads it from Debian 12 and Ubuntu 18.04 on): 190 MB in 10 s
+    # here, against xz's 171 MB in 150 s; it also unpacks several times faster at install
+    cmd = ["dpkg-deb", "--root-owner-group", "-Zzstd", "-z9", "--build", str(root), str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
     shutil.rmtree(root)
     return out
 

@@ -65,6 +65,7 @@ def test_linux_installers_build_install_and_run(tmp_path: Path, model_path: Path
     if deb is not None:
         files = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
         assert "./opt/specee-chat/specee-chat" in files and "./usr/share/applications/specee-chat.desktop" in files
+        assert b"data.tar.zst" in deb.read_bytes()[:65536]  # zstd: seconds to build and to unpack (xz: minutes)
         # Qt's xcb plugin links libxcb-cursor (and more): without it the window never opened on a bare X desktop
         depends = subprocess.run(["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True, text=True, check=True).stdout
         assert {"libxcb-cursor0", "libxkbcommon-x11-0", "libegl1"} <= {d.strip() for d in depends.split(",")}
