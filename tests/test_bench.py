@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from engine.bench.fidelity import ended_early, first_divergence
-from engine.bench.runner import run_bench
+from engine.bench.runner import median_interval, print_report, run_bench
 from engine.cli import main as cli
 from engine.prompts import DEV_PROMPTS, PromptFileError, load_prompts
 
@@ -105,6 +105,9 @@ def test_bench_reports_fidelity_per_mode(model_path: Path) -> None:
     assert modes["eagle"]["early_endings"] == 0 and modes["eagle"]["non_tie_divergences"] == 0
     # ratios per task category, as the prompts carry them (the first dev prompts are all "writing")
     assert modes["eagle"]["speedup_by_category"].keys() == {q.category for q in prompts}
+    # 3 prompts are too few for a 90% interval of the median, overall as in their one category
+    assert modes["eagle"]["speedup_interval_by_category"] == {"writing": []}
+    assert modes["eagle"]["decode_speedup_vs_vanilla_interval"] == []
     vanilla = {s["prompt_id"]: s for s in report["samples"]["vanilla"]}
     for s in report["samples"]["specee"]:  # the untimed pass measured vanilla's gaps where specee diverged
         if s["tokens"] != vanilla[s["prompt_id"]]["tokens"]:
@@ -125,3 +128,26 @@ def test_cost_curve_compares_the_kernels_side_by_side_with_the_floor(
         assert set(ms) == {1, 2, 4, 8, 16} and all(v > 0 for v in ms.values())
         assert ms[16] > ms[1]  # sixteen rows never cost less than one
     assert 0 < data["floor_ms"] < min(c["1"] for c in data["curves"].values())
+
+
+def test_a_ratio_is_reported_with_how_sure_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    """A distribution-free 90% interval of the median per-prompt ratio (order statistics): none under
+    5 prompts, and a category counts as slower or faster only when its whole interval is."""
+    level = [1.0 + d for d in (-0.06, -0.03, -0.01, 0.0, 0.02, 0.04, 0.07)]  # noise around parity
+    assert median_interval(level) == [0.94, 1.07]  # 7 prompts: min and max hold the median 98% of the time
+    assert median_interval(list(range(1, 14))) == [4, 10]  # 13 (a dev category): the 4th to the 10th
+    assert median_interval(level[:3]) == median_interval(level[:4]) == []  # [min, max] of 3 holds it 75% of the time
+    assert median_interval([1.1] * 5) == [1.1, 1.1]
+    slow, fast = [r * 0.9 for r in level], [r * 1.2 for r in level]
+    assert median_interval(slow)[1] < 1.0 < median_interval(fast)[0]
+    ratios = {"a": level, "b": slow, "c": fast, "d": fast[:3]}
+    mode = {
+        "mode": "ngram", "placement": "cpu", "plan": "-", "decode_tok_s_median": 80.0, "prefill_tok_s_median": 300.0,
+        "ttft_ms_median": 50.0, "prompts": 24, "decode_speedup_vs_vanilla_median": 1.0,
+        "decode_speedup_vs_vanilla_interval": median_interval([x for v in ratios.values() for x in v]),
+        "speedup_by_category": {c: sorted(v)[len(v) // 2] for c, v in ratios.items()},
+        "speedup_interval_by_category": {c: median_interval(v) for c, v in ratios.items()},
+    }  # fmt: skip
+    print_report({"model": "m", "prompts": 24, "max_tokens": 8, "modes": [mode]})
+    out = capsys.readouterr().out
+    assert "faster (whole interval above 1): c; slower: b;" in out and "c 1.128-1.284x, d -\n" in out, out

@@ -4,6 +4,7 @@ machine drift (thermal, background load) hits all modes alike; ratios are to `va
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -94,8 +95,10 @@ class ModeReport:
             same = [s.tokens == ref[s.prompt_id].tokens for s in self.samples if s.prompt_id in ref]
             mismatched = [s.prompt_id for s in self.samples if s.prompt_id in ref and s.tokens != ref[s.prompt_id].tokens]
             out["decode_speedup_vs_vanilla_median"] = _median(list(ratios.values()))
+            out["decode_speedup_vs_vanilla_interval"] = median_interval(list(ratios.values()))
             if by_cat := _medians_by_category(ratios, categories):  # medians of per-prompt ratios, as the overall figure
                 out["speedup_by_category"] = by_cat
+                out["speedup_interval_by_category"] = _intervals_by_category(ratios, categories)
             out["identical_to_vanilla"] = f"{sum(same)}/{len(same)}"
             out["mismatched_prompts"] = mismatched
             pairs = [(s.tokens, ref[s.prompt_id].tokens) for s in self.samples if s.prompt_id in ref]
@@ -107,13 +110,42 @@ class ModeReport:
         return out
 
 
-def _medians_by_category(per_prompt: dict[str, float], categories: dict[str, str] | None) -> dict[str, float]:
-    """The median of per-prompt values in each task category (prompts without one left out)."""
+def _by_category(per_prompt: dict[str, float], categories: dict[str, str] | None) -> dict[str, list[float]]:
+    """Per-prompt values grouped by task category (prompts without one left out)."""
     by_cat: dict[str, list[float]] = {}
     for pid, value in per_prompt.items():
         if cat := (categories or {}).get(pid, ""):
             by_cat.setdefault(cat, []).append(value)
-    return {cat: _median(v) for cat, v in by_cat.items()}
+    return by_cat
+
+
+def _medians_by_category(per_prompt: dict[str, float], categories: dict[str, str] | None) -> dict[str, float]:
+    return {cat: _median(v) for cat, v in _by_category(per_prompt, categories).items()}
+
+
+# How sure a ratio is: a distribution-free 90% interval of the median per-prompt ratio, from order
+# statistics (the sign test's), so it assumes nothing about how a machine's noise is shaped. Fewer
+# than 5 prompts cannot give one: a category of 3 prompts spreads several percent here and its
+# [min, max] covers the median only 75% of the time. A category is slower or faster only when its
+# whole interval is.
+INTERVAL_LEVEL = 0.90
+
+
+def median_interval(values: list[float]) -> list[float]:
+    """[low, high] holding the median with probability >= INTERVAL_LEVEL ([] for too few values)."""
+    x, n = sorted(values), len(values)
+    below = 0.0  # P(Binomial(n, 1/2) < k): the chance that the median lies under the k-th smallest value
+    k = 0
+    while k < n // 2:
+        below += math.comb(n, k) / 2**n
+        if below > (1 - INTERVAL_LEVEL) / 2:
+            break
+        k += 1
+    return [round(x[k - 1], 4), round(x[n - k], 4)] if k else []
+
+
+def _intervals_by_category(per_prompt: dict[str, float], categories: dict[str, str] | None) -> dict[str, list[float]]:
+    return {cat: median_interval(v) for cat, v in _by_category(per_prompt, categories).items()}
 
 
 def _fidelity_summary(samples: list[Sample], ref: dict[str, Sample]) -> dict:
@@ -407,9 +439,17 @@ def print_report(report: dict) -> None:
         if m.get("failed"):
             print(f"  FAILED, dropped from the run: {m['failed'][:300]}")
         if m.get("speedup_by_category"):
-            cats = m["speedup_by_category"]
+            cats, ivs = m["speedup_by_category"], m.get("speedup_interval_by_category", {})
             print("  vs vanilla by category: " + ", ".join(f"{c} {r:.3f}x" for c, r in cats.items())
                   + f" (lowest {min(cats.values()):.3f}x)")  # fmt: skip
+            if ivs:
+                overall = _span(m["decode_speedup_vs_vanilla_interval"])
+                print(f"  {INTERVAL_LEVEL:.0%} intervals of the median (sign test): overall {overall}; "
+                      + ", ".join(f"{c} {_span(iv)}" for c, iv in ivs.items()))  # fmt: skip
+                below = [c for c, iv in ivs.items() if iv and iv[1] < 1]
+                above = [c for c, iv in ivs.items() if iv and iv[0] > 1]
+                print(f"  faster (whole interval above 1): {', '.join(above) or 'none'}; slower: {', '.join(below) or 'none'};"
+                      " the rest cannot be told apart from vanilla in this run (under 5 prompts: no interval)")  # fmt: skip
         if m.get("self_ratio_by_category"):
             cats = m["self_ratio_by_category"]
             print(f"  against itself (2nd run / 1st, noise alone): {m['self_ratio_median']:.3f}x; by category: "
@@ -447,6 +487,10 @@ def print_report(report: dict) -> None:
             print(f"  head (offline, dev prompts): top-1 {ev.get('top1', 0):.3f}, top-4 {ev.get('top4', 0):.3f}")
         if m.get("mismatched_prompts"):
             print(f"  output differs from vanilla on: {', '.join(m['mismatched_prompts'])}")
+
+
+def _span(iv: list[float]) -> str:
+    return f"{iv[0]:.3f}-{iv[1]:.3f}x" if iv else "-"
 
 
 def _print_specee(m: dict) -> None:  # m: one mode's summary
