@@ -334,6 +334,27 @@ def sync_tree(src: Path, dst: Path) -> int:
 PROGRESS = re.compile(r"^\s*\[\s*(\d+)/(\d+)\]|^\s*\[\s*(\d+)%\]")
 
 
+class BuildProgress:
+    """The compile's percentage from its output lines: ninja's "[done/total]" of the build with the
+    most steps seen (a sub-build such as vulkan-shaders-gen runs its own "[1/2]", "[2/2]" in the
+    middle of the main build's), else make's "[ NN%]"."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def percent(self, line: str) -> int | None:
+        m = PROGRESS.match(line)
+        if m is None:
+            return None
+        if m.group(1):
+            done, total = int(m.group(1)), int(m.group(2))
+            if total < self.steps:
+                return None
+            self.steps = total
+            return done * 100 // total
+        return None if self.steps else int(m.group(3))
+
+
 def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
     out = Path(tempfile.mkdtemp(dir=root, prefix="wheel-"))
     log_path = root / f"build-{name}.log"
@@ -359,16 +380,13 @@ def build_wheel(root: Path, worktree: Path, recipe: Recipe, name: str) -> Path:
     with log_path.open("w") as log, tqdm(total=100, desc=f"compiling llama.cpp ({name})", unit="%") as bar:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
-        ninja = False  # once ninja counts steps, a sub-build's own "[100%]" (vulkan-shaders-gen) is not ours
+        progress = BuildProgress()
         for line in proc.stdout:
             log.write(line)
-            m = PROGRESS.match(line)
-            if m and (m.group(1) or not ninja):
-                pct = int(m.group(1)) * 100 // int(m.group(2)) if m.group(1) else int(m.group(3))
-                if m.group(1) and not ninja:  # the sub-build's percentages came first: start over
-                    ninja, bar.n = True, pct
-                    bar.refresh()
-                bar.update(max(0, pct - bar.n))
+            pct = progress.percent(line)
+            if pct is not None:
+                bar.n = pct
+                bar.refresh()
         rc = proc.wait()
     if rc != 0:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-25:])

@@ -56,6 +56,18 @@ def test_sync_tree_rewrites_only_changed_files(tmp_path: Path) -> None:
     assert (dst / "d" / "b.c").read_text() == "B" and not (dst / "stale.c").exists()
 
 
+def test_compile_progress_follows_the_main_build_not_a_sub_build() -> None:
+    """vulkan-shaders-gen's own "[1/2]", "[2/2]" in the middle of the main build once sent the bar to
+    100% a minute into an 8-minute compile (the order of this build log's lines)."""
+    progress = native_build.BuildProgress()
+    lines = ["-- Configuring done", "  [0/2] Re-running CMake", "  [1/477] cd x", "  [11/477] g++ a.c",
+             "  [1/2] Building CXX object vulkan-shaders-gen", "  [2/2] Linking vulkan-shaders-gen",
+             "  [12/477] g++ b.c", "  [477/477] Linking libllama.so"]  # fmt: skip
+    assert [progress.percent(line) for line in lines] == [None, 0, 0, 2, None, None, 2, 100]
+    make = native_build.BuildProgress()
+    assert [make.percent(line) for line in ["[ 10%] Building", "[100%] Built target ggml"]] == [10, 100]
+
+
 def test_unknown_backend_is_an_actionable_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SPECEE_BACKEND", "quantum")
     try:
