@@ -593,7 +593,7 @@ def cmd_train_eagle(args: argparse.Namespace) -> int:
     manifest = train_eagle(
         resolve_model(args.model), Path(args.out), Path(args.prompts), args.n_prompts, args.eval_prompts, args.max_new,
         args.epochs, args.draft_vocab, args.steps, Path(args.work) if args.work else None, args.time_budget,
-        args.head_ff,
+        args.head_ff, args.precision,
     )  # fmt: skip
     ev = manifest["eagle"]["dev_eval"]
     print(json.dumps({"head": str(args.out), **ev}, indent=1))
@@ -819,6 +819,12 @@ def build_parser() -> argparse.ArgumentParser:
     eagle.add_argument("--steps", type=int, default=3, help="unrolled draft steps in training = chain length at inference")
     eagle.add_argument("--work", help="folder for data shards and checkpoints (resumable)")
     eagle.add_argument("--time-budget", type=float, default=0.0, help="stop training after this many seconds")
+    eagle.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp32"),
+        default="auto",
+        help="the training matmuls' dtype (auto: bf16 where the CPU has it natively, else fp32)",
+    )
     eagle.set_defaults(func=cmd_train_eagle)
     prompts = train_sub.add_parser("prompts", help="training prompts the model writes itself (Magpie), resumable")
     prompts.add_argument("--model", help="target GGUF (default: the default model)")
