@@ -593,7 +593,7 @@ def cmd_train_eagle(args: argparse.Namespace) -> int:
     manifest = train_eagle(
         resolve_model(args.model), Path(args.out), Path(args.prompts), args.n_prompts, args.eval_prompts, args.max_new,
         args.epochs, args.draft_vocab, args.steps, Path(args.work) if args.work else None, args.time_budget,
-        args.head_ff, args.precision,
+        args.head_ff, args.dtype,
     )  # fmt: skip
     ev = manifest["eagle"]["dev_eval"]
     print(json.dumps({"head": str(args.out), **ev}, indent=1))

@@ -43,7 +43,7 @@ def test_trainer_writes_a_head_and_manifest(tiny_head: Path, model_path: Path) -
     manifest = json.loads((tiny_head.parent / "manifest.json").read_text())
     ev = manifest["eagle"]["dev_eval"]
     assert manifest["eagle"]["train_tokens"] > 100 and 0.0 <= ev["top1"] <= ev["top4"] <= 1.0
-    assert manifest["eagle"]["train_precision"] in ("bfloat16", "float32")
+    assert manifest["eagle"]["train_dtype"] in ("bfloat16", "float32")
     assert not list(tiny_head.parent.glob("*.part"))
 
 
@@ -156,9 +156,9 @@ def test_auto_measures_in_the_background_and_explains_its_choice(
         assert client.load(model_path, p.Placement(n_ctx=1024), mode="ngram").measured_tok_s == speeds
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_training_stopped_mid_epoch_resumes_to_the_very_same_head(
-    tiny_head: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str
+    tiny_head: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str
 ) -> None:
     """A long run is stopped and restarted many times (issue 25): stopped between two batches of an
     epoch, it resumes from its last checkpoint and ends with the head an unstopped run gives, under
@@ -167,7 +167,7 @@ def test_training_stopped_mid_epoch_resumes_to_the_very_same_head(
 
     data = tiny_head.parents[2] / "work" / "train-data"
     monkeypatch.setattr(et, "CHECKPOINT_EVERY_S", 0.0)  # a checkpoint after every batch
-    kw = {"epochs": 2, "draft_vocab": 512, "max_tokens": 64, "precision": precision}
+    kw = {"epochs": 2, "draft_vocab": 512, "max_tokens": 64, "train_dtype": dtype}
     straight = et.train_head(str(model_path), data, tmp_path / "straight", **kw)["head"].state_dict()
     real, calls = et.loss_fn, []
 
@@ -189,10 +189,10 @@ def test_training_stopped_mid_epoch_resumes_to_the_very_same_head(
         assert torch.equal(value, resumed[key]), key
 
 
-def test_training_precision_is_checked_and_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_training_dtype_is_checked_and_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.train import eagle_train as et
 
-    with pytest.raises(ValueError, match="auto, bf16, fp32"):
+    with pytest.raises(ValueError, match="one of auto, bf16, fp32"):
         et.training_dtype("fp16")
     monkeypatch.setattr(et, "native_bf16", lambda: False)
     assert et.training_dtype("auto") == torch.float32

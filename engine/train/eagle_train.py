@@ -23,8 +23,8 @@ from engine.train.eagle_head import EagleHead, HeadConfig
 
 STEP_WEIGHT = 0.8  # loss weight decays per unrolled step, as in EAGLE-3
 PROMPT_ROW_WEIGHT = 0.2
-CHECKPOINT_EVERY_S = 600.0
-PRECISIONS = ("auto", "bf16", "fp32")  # within an epoch too: an epoch of 10x today's data is ~40 min on 2 cores
+CHECKPOINT_EVERY_S = 600.0  # within an epoch too: an epoch of 10x today's data is ~40 min on 2 cores
+DTYPES = ("auto", "bf16", "fp32")  # training_dtype's names
 
 
 @dataclass
@@ -47,14 +47,14 @@ def native_bf16() -> bool:
         return False
 
 
-def training_dtype(precision: str) -> torch.dtype:
+def training_dtype(name: str) -> torch.dtype:
     """The matmuls' dtype in training: "auto" is bf16 where the CPU has it natively (the weights, the
     optimizer and the evaluation stay fp32 either way), else fp32."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    if precision == "auto":
+    if name not in DTYPES:
+        raise ValueError(f"the training dtype must be one of {', '.join(DTYPES)}, not {name!r}")
+    if name == "auto":
         return torch.bfloat16 if native_bf16() else torch.float32
-    return torch.bfloat16 if precision == "bf16" else torch.float32
+    return torch.bfloat16 if name == "bf16" else torch.float32
 
 
 def target_tensors(model_path: str) -> dict[str, np.ndarray]:
@@ -268,11 +268,11 @@ def train_head(
     seed: int = 0,
     time_budget_s: float = 0.0,
     n_ff: int = 0,
-    precision: str = "auto",
+    train_dtype: str = "auto",
 ) -> dict:
-    """`draft_vocab` = 0 sizes the draft vocabulary by measurement (measure_draft_vocab); `precision`:
+    """`draft_vocab` = 0 sizes the draft vocabulary by measurement (measure_draft_vocab); `train_dtype`:
     training_dtype's."""
-    dtype = training_dtype(precision)
+    dtype = training_dtype(train_dtype)
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -383,6 +383,6 @@ def train_head(
         "history": history,
         "train_tokens": int(sum(len(s[1]) for s in seqs)),
         "train_seqs": len(seqs),
-        "precision": str(dtype).removeprefix("torch."),
+        "dtype": str(dtype).removeprefix("torch."),
         "wall_s": time.monotonic() - t_start,
     }

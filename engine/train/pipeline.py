@@ -37,7 +37,7 @@ def train_eagle(
     work: Path | None = None,
     time_budget_s: float = 0.0,
     head_ff: int = 0,
-    precision: str = "auto",
+    train_dtype: str = "auto",
 ) -> dict:
     info = inspect_gguf(model)
     if info.architecture not in ACCELERATED_ARCHS:
@@ -63,7 +63,7 @@ def train_eagle(
         steps=steps,
         time_budget_s=time_budget_s,
         n_ff=head_ff,
-        precision=precision,
+        train_dtype=train_dtype,
     )
     head = result["head"]
     metrics: dict = {}
@@ -99,7 +99,7 @@ def train_eagle(
             "best_epoch": result["best_epoch"],
             "data_wall_s": round(t_data, 1),
             "train_wall_s": round(result["wall_s"], 1),
-            "train_precision": result["precision"],
+            "train_dtype": result["dtype"],
             "dev_eval": {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},
             "history": result["history"],
             "command": command,
