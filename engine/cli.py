@@ -820,7 +820,7 @@ def build_parser() -> argparse.ArgumentParser:
     eagle.add_argument("--work", help="folder for data shards and checkpoints (resumable)")
     eagle.add_argument("--time-budget", type=float, default=0.0, help="stop training after this many seconds")
     eagle.add_argument(
-        "--precision",
+        "--dtype",
         choices=("auto", "bf16", "fp32"),
         default="auto",
         help="the training matmuls' dtype (auto: bf16 where the CPU has it natively, else fp32)",

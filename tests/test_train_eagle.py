@@ -257,3 +257,18 @@ def test_an_exported_head_imports_to_the_weights_it_runs_with_and_evaluates_on_s
     a, b = got[str(tiny_head)], got[str(again)]
     assert a == b and a["rows"] == trained["rows"]
     assert abs(a["top1"] - trained["top1"]) <= 0.1 and abs(a["top4"] - trained["top4"]) <= 0.1, (a, trained)
+
+
+def test_train_eagle_command_passes_every_option(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model_path: Path) -> None:
+    """The command line reaches the pipeline (a renamed flag once left cmd_train_eagle reading an
+    attribute the parser no longer set, found only when a 50-minute job reached that stage)."""
+    from engine import cli
+    from engine.train import pipeline
+
+    seen: list[tuple] = []
+    monkeypatch.setattr(pipeline, "train_eagle", lambda *a: seen.append(a) or {"eagle": {"dev_eval": {"top1": 0.5}}})
+    argv = ["train", "eagle", "--model", str(model_path), "--out", str(tmp_path / "h.gguf"), "--dtype", "fp32",
+            "--head-ff", "256", "--epochs", "2"]  # fmt: skip
+    assert cli.main(argv) == 0
+    (args,) = seen
+    assert args[-2:] == (256, "fp32") and args[6] == 2
