@@ -58,7 +58,7 @@ def test_sync_tree_rewrites_only_changed_files(tmp_path: Path) -> None:
 
 def test_compile_progress_follows_the_main_build_not_a_sub_build() -> None:
     """vulkan-shaders-gen's own "[1/2]", "[2/2]" in the middle of the main build once sent the bar to
-    100% a minute into an 8-minute compile (the order of this build log's lines)."""
+    100% forty seconds into a seven-minute compile (the order of a real build log's lines)."""
     progress = native_build.BuildProgress()
     lines = ["-- Configuring done", "  [0/2] Re-running CMake", "  [1/477] cd x", "  [11/477] g++ a.c",
              "  [1/2] Building CXX object vulkan-shaders-gen", "  [2/2] Linking vulkan-shaders-gen",
