@@ -689,6 +689,7 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
             model, head, Path(args.out), Path(args.prompts), args.first_prompt, args.n_prompts, args.max_new,
             args.precision, Path(args.work) if args.work else None, args.threads, args.epochs,
             **({"check_cost": args.check_cost} if args.check_cost is not None else {}),
+            **({"max_skip": args.max_skip} if args.max_skip is not None else {}),
         )  # fmt: skip
     except AccelerationError as exc:
         print(f"specee: {exc}", file=sys.stderr)
@@ -868,6 +869,12 @@ def build_parser() -> argparse.ArgumentParser:
     exits.add_argument("--epochs", type=int, default=30)
     exits.add_argument("--check-cost", type=float, default=None,
                        help="what checking one layer costs, in layers (default: measured on the default model)")  # fmt: skip
+    exits.add_argument(
+        "--max-skip",
+        type=int,
+        default=None,
+        help="layers an exit may skip at most: their K/V are approximated (default: what kept fidelity)",
+    )
     exits.add_argument("--threads", type=int, default=0)
     exits.add_argument("--work", help="folder for the recorded data (resumable)")
     exits.set_defaults(func=cmd_train_exits)

@@ -189,6 +189,30 @@ def test_training_stopped_mid_epoch_resumes_to_the_very_same_head(
         assert torch.equal(value, resumed[key]), key
 
 
+def test_a_checkpoint_from_other_data_is_set_aside_not_resumed(
+    tiny_head: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A job whose teacher data grew since its last training (more prompts answered) trains afresh:
+    resuming would carry the old run's epochs, optimizer and best head over to other data."""
+    from engine.train import eagle_train as et
+
+    data = tiny_head.parents[2] / "work" / "train-data"
+    kw = {"epochs": 1, "draft_vocab": 512, "max_tokens": 64, "train_dtype": "fp32"}
+    et.train_head(str(model_path), data, tmp_path / "run", **kw)
+    real = et.load_sequences
+    monkeypatch.setattr(et, "load_sequences", lambda folder: real(folder)[:-1])
+    et.train_head(str(model_path), data, tmp_path / "run", **kw)
+    out = capsys.readouterr().out
+    assert "training starts over" in out and "resumed from" not in out
+    assert (tmp_path / "run" / "stale-checkpoint.pt").is_file()
+    monkeypatch.setattr(et, "load_sequences", real)  # the same data again: resumed, not retrained
+    et.train_head(str(model_path), data, tmp_path / "run", **kw)
+    assert "training starts over" in capsys.readouterr().out
+    et.train_head(str(model_path), data, tmp_path / "run", **kw)
+    again = capsys.readouterr().out
+    assert "resumed from" in again and "starts over" not in again
+
+
 def test_training_dtype_is_checked_and_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.train import eagle_train as et
 

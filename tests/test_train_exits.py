@@ -34,6 +34,7 @@ def test_train_exits_end_to_end(tmp_path: Path, model_path: Path) -> None:
     assert manifest["exits"]["schedule"] == entry["schedule"] and manifest["eagle"]["file"] == "eagle.gguf"
     preds = load_predictors(out_dir / "exits.gguf", model_path)
     assert sorted(preds.layers) == entry["schedule"] and preds.n_cand == 32
+    assert entry["max_skip"] == exits.MAX_SKIP_LAYERS and all(layer >= 29 - exits.MAX_SKIP_LAYERS for layer in entry["schedule"])
     # resumable: a second run reuses the recorded data instead of decoding again
     data = exits.load_data(tmp_path / "work")
     again = exits.collect(model_path, out_dir / "eagle.gguf", [], tmp_path / "work", 24, 2)
@@ -59,6 +60,18 @@ def test_a_layer_whose_check_costs_more_than_its_exits_save_is_dropped() -> None
     thr = np.array([np.inf, 0.0, np.inf, 0.0])
     assert exits.choose_schedule(z, y, thr, n_layer, head_cost=5.0, check_cost=0.01) == [1, 3]
     assert exits.choose_schedule(z, y, thr, n_layer, head_cost=5.0, check_cost=exits.CHECK_COST_LAYERS) == [3]
+
+
+def test_no_exit_is_calibrated_where_it_would_skip_more_layers_than_allowed() -> None:
+    """Every step is settled from layer 1 on; with first_layer 2 the steps layer 1 would have
+    taken stay running, so layer 2 takes them all and layer 1 gets no threshold."""
+    n, n_layer = 100, 4
+    z = np.full((n, n_layer), 10.0)
+    y = np.ones((n, n_layer), bool)
+    free = exits.calibrate(z, y, 0.9)
+    assert np.isfinite(free[0]) and np.isinf(free[1:]).all()  # layer 0 takes every step
+    bounded = exits.calibrate(z, y, 0.9, first_layer=2)
+    assert np.isinf(bounded[:2]).all() and np.isfinite(bounded[2]) and np.isinf(bounded[3])
 
 
 def test_the_context_bound_pays_one_check_on_exiting_steps_and_none_elsewhere() -> None:

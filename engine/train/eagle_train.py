@@ -3,6 +3,7 @@ test, checkpoints with resume, and the hit-rate / acceptance evaluation."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -151,6 +152,18 @@ def choose_draft_vocab(seqs: list, size: int, n_vocab: int) -> tuple[np.ndarray,
         np.add.at(counts, top[:, 0], 1)
     ids = np.sort(np.argsort(-counts, kind="stable")[:size])
     return ids, float(counts[ids].sum() / max(1, counts.sum()))
+
+
+def training_run_key(seqs: list, draft_ids: np.ndarray, cfg: dict, steps: int, max_tokens: int, seed: int) -> str:
+    """What a checkpoint must match to be resumed: the data (every sequence's tokens), the draft
+    vocabulary, the head's shape and the batching. A run started on other data (more prompts
+    answered since, say) would otherwise resume the old run's optimizer and epoch count."""
+    h = hashlib.sha256(json.dumps([cfg, steps, max_tokens, seed], sort_keys=True).encode())
+    h.update(np.ascontiguousarray(draft_ids, dtype=np.int64).tobytes())
+    for _f, tokens, _top, _n in seqs:
+        h.update(np.int64(len(tokens)).tobytes())
+        h.update(np.ascontiguousarray(tokens, dtype=np.int64).tobytes())
+    return h.hexdigest()
 
 
 def make_batches(seqs: list, max_tokens: int, rng: random.Random) -> list[list[int]]:
@@ -310,8 +323,15 @@ def train_head(
     ckpt_path = out_dir / "checkpoint.pt"
     start_epoch, start_batch, history, elapsed, losses = 0, 0, [], 0.0, []
     best_score, best_state, best_epoch = -1.0, None, 0
+    run_key = training_run_key(seqs, ids, cfg.as_dict(), steps, max_tokens, seed)
     if ckpt_path.exists():
         ckpt = torch.load(ckpt_path, weights_only=False)
+        if ckpt.get("run_key", run_key) != run_key:  # a run on other data or of another shape
+            stale = ckpt_path.with_name(f"stale-{ckpt_path.name}")
+            ckpt_path.replace(stale)
+            print(f"{ckpt_path} is from a run on other data or of another head shape: set aside as {stale.name}; "
+                  "training starts over")  # fmt: skip
+    if ckpt_path.exists():
         head.load_state_dict(ckpt["head"], strict=False)
         opt.load_state_dict(ckpt["opt"])
         start_epoch, history, elapsed = ckpt["epoch"], ckpt["history"], ckpt.get("elapsed", 0.0)
@@ -329,7 +349,7 @@ def train_head(
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "batch": batch, "losses": losses,
                     "history": history, "elapsed": time.monotonic() - t_start, "cfg": cfg.as_dict(), "d2t": head.d2t,
                     "best": best_state, "best_score": best_score, "best_epoch": best_epoch,
-                    "epochs": epochs, "per_epoch": per_epoch}, tmp)  # fmt: skip
+                    "epochs": epochs, "per_epoch": per_epoch, "run_key": run_key}, tmp)  # fmt: skip
         tmp.replace(ckpt_path)
 
     for epoch in range(start_epoch, epochs):

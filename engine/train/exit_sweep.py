@@ -5,7 +5,8 @@ refits the predictors on the recording's training prompts (as `specee train exit
 its held-out prompts, for each precision target prints the cost of a token in layer units (layers
 run, the full lm_head where no exit fires, the checks) relative to a plain full-depth step:
 
-- `static`: the schedule `specee train exits` would ship (`choose_schedule`);
+- `static`: the schedule `specee train exits` would ship (`choose_schedule`), were exits free to skip
+  any number of layers (the shipping run bounds that for fidelity: exits.MAX_SKIP_LAYERS);
 - `context bound`: a schedule that knows the context perfectly, so it checks only the one layer
   where the step will exit and nothing on steps that will not; every context-aware schedule (the
   SpecEE paper's, or any gate) costs at least this;
