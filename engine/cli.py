@@ -873,7 +873,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-skip",
         type=int,
         default=None,
-        help="layers an exit may skip at most: their K/V are approximated (default: what kept fidelity)",
+        help="layers an exit may skip at most; K/V beyond the first skipped are approximated (default: what kept fidelity)",
     )
     exits.add_argument("--threads", type=int, default=0)
     exits.add_argument("--work", help="folder for the recorded data (resumable)")
