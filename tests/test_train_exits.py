@@ -63,8 +63,8 @@ def test_a_layer_whose_check_costs_more_than_its_exits_save_is_dropped() -> None
 
 
 def test_no_exit_is_calibrated_where_it_would_skip_more_layers_than_allowed() -> None:
-    """Every step is settled from layer 1 on; with first_layer 2 the steps layer 1 would have
-    taken stay running, so layer 2 takes them all and layer 1 gets no threshold."""
+    """Every step is settled from layer 0 on; with first_layer 2 the steps layer 0 would have
+    taken stay running, so layer 2 takes them all and layers 0 and 1 get no threshold."""
     n, n_layer = 100, 4
     z = np.full((n, n_layer), 10.0)
     y = np.ones((n, n_layer), bool)
