@@ -163,6 +163,18 @@ class DrafterStats(ctypes.Structure):
     ]
 
 
+class GateInfo(ctypes.Structure):
+    """native/src/specee.h: struct specee_gate_info."""
+
+    _fields_ = [
+        ("first", ctypes.c_double * 10),
+        ("later", ctypes.c_double * 10),
+        ("verify_ms", ctypes.c_double * 4),
+        ("step_ms", ctypes.c_double),
+        ("draft_ms", ctypes.c_double),
+    ]
+
+
 @cache
 def spec_lib() -> ctypes.CDLL:
     """libspecee-spec: every drafter (EAGLE-3 and llama.cpp's own) behind one handle,
@@ -180,6 +192,7 @@ def spec_lib() -> ctypes.CDLL:
         "specee_drafter_init": ([vp, ctypes.c_char_p, vp, i32, i32], vp),
         "specee_drafter_free": ([vp], None),
         "specee_drafter_set_threads": ([vp, i32], None),
+        "specee_drafter_set_gated": ([vp, ctypes.c_bool], None),
         "specee_drafter_last_error": ([], ctypes.c_char_p),
         "specee_drafter_prefill": ([vp, ctypes.POINTER(i32), i32, i32, vp], i32),
         "specee_drafter_step": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(DrafterStats)], i32),
@@ -188,6 +201,7 @@ def spec_lib() -> ctypes.CDLL:
         "specee_drafter_draft_context": ([vp], vp),
         "specee_drafter_reset_stats": ([vp], None),
         "specee_drafter_copy_acceptance": ([vp, ctypes.POINTER(ctypes.c_double), i32], i32),
+        "specee_drafter_gate_info": ([vp, ctypes.POINTER(GateInfo)], ctypes.c_bool),
     }
     return _bind(handle, sigs)
 

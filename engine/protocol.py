@@ -307,7 +307,7 @@ class Load(Message):
     model_path: str = ""
     placement: Placement = field(default_factory=Placement)
     mode: Mode = Mode.VANILLA
-    n_draft: int = 0  # eagle chain length; 0 = the head's trained default
+    n_draft: int = 0  # eagle chain length, all verified every step; 0 = the head's trained length, gated
     # specee: also run full depth on every Nth step to measure exit precision (bench; 0 = off)
     exit_check_every: int = 0
     exit_fill: bool = True  # specee: write skipped layers' K/V at an exit (False only to measure its worth)

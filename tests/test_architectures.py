@@ -215,6 +215,26 @@ def test_eagle_greedy_output_equals_vanilla(
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_a_gated_chain_never_verifies_the_drafts_of_a_head_that_is_never_sure(
+    llms: Callable[[str, bool], Llama], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
+) -> None:
+    """A random head spreads its probability over the whole vocabulary: gated, no draft of it is worth
+    a verify row, so every step decodes one row as vanilla does (and the answer is vanilla's)."""
+    llm = llms(arch, False)
+    tokens = _tokens(llm, tiny_models[arch, False])
+    want = _vanilla(llm, tokens)
+    dec = DrafterDecoder(llm, "eagle", n_draft=3, n_threads=2, draft_model=heads(arch, False), gated=True)
+    try:
+        got = _take(dec.stream(tokens, p.Sampling.greedy(N_TOKENS)), N_TOKENS)
+        st = dec.accel_stats()
+    finally:
+        dec.close()
+    assert got == want
+    assert st["drafted"] == 0 and st["acceptance_length"] == 1.0, st
+    assert st["eagle_gate"]["verify_ms"][0] > 0 and st["eagle_gate"]["verify_ms"][1] == 0
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_specee_with_exits_off_equals_vanilla(
     llms: Callable[[str, bool], Llama], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
 ) -> None:

@@ -46,3 +46,34 @@ def test_shipped_head_greedy_output_equals_vanilla(model_path: Path, backend: st
                 assert d is None or d.is_tie, (prompt.id, d)
             accepted += [e for e in events if isinstance(e, p.Stats)][-1].accel["accepted"]
         assert accepted > 0, "the shipped head should get some drafts accepted"
+
+
+def test_the_gated_chain_verifies_fewer_drafts_that_land_more_often(model_path: Path) -> None:
+    """By default each step verifies only the head's drafts that pay on this machine (its calibrated
+    confidence against the measured cost of a verify per row count); an explicit chain length is
+    verified whole. Same answers, fewer drafts, a larger share of them confirmed, and the gate's
+    calibration and costs reported."""
+    prompts = load_prompts(DEV_PROMPTS)[::25][:4]
+    greedy = p.Sampling.greedy(64)
+    placement = p.Placement(n_ctx=1024, n_threads=2)
+    runs = {}
+    for name, n_draft in (("gated", 0), ("fixed", 3)):
+        with WorkerClient() as client:
+            client.load(model_path, placement, mode="eagle", n_draft=n_draft)
+            tokens, drafted, accepted, accel = [], 0, 0, {}
+            for prompt in prompts:
+                events = list(client.stream([{"role": "user", "content": prompt.text}], greedy))
+                accel = [e for e in events if isinstance(e, p.Stats)][-1].accel
+                tokens.append(events[-1].tokens)
+                drafted += accel["drafted"]
+                accepted += accel["accepted"]
+            runs[name] = (tokens, drafted, accepted, accel)
+    (g_tokens, g_drafted, g_accepted, g_accel), (f_tokens, f_drafted, f_accepted, f_accel) = runs["gated"], runs["fixed"]
+    assert g_tokens == f_tokens
+    assert 0 < g_drafted < f_drafted / 2, (g_drafted, f_drafted)
+    assert g_accepted / g_drafted > f_accepted / f_drafted, (g_accepted, g_drafted, f_accepted, f_drafted)
+    gate = g_accel["eagle_gate"]
+    assert len(gate["first"]) == len(gate["later"]) == 10 and all(0 < v < 1 for v in gate["first"] + gate["later"])
+    assert gate["first"][9] > gate["first"][0], "a confident draft is confirmed more often than an unsure one"
+    assert gate["verify_ms"][0] > 0 and gate["verify_ms"][1] > gate["verify_ms"][0] and gate["step_ms"] > 0
+    assert "eagle_gate" not in f_accel

@@ -76,6 +76,8 @@ class ModeReport:
                 out[f"{key}_median"] = _median(values)
         if learnt := [s.accel["copy_acceptance"] for s in self.samples if "copy_acceptance" in s.accel]:
             out["copy_acceptance_at_end"] = learnt[-1]  # per match length, after the whole run
+        if gates := [s.accel["eagle_gate"] for s in self.samples if "eagle_gate" in s.accel]:
+            out["eagle_gate_at_end"] = gates[-1]  # the gated eagle's calibration and costs after the run
         if self.unrepeatable:
             out["vanilla_unrepeatable"] = self.unrepeatable
         if self.self_ratios:
@@ -467,6 +469,10 @@ def print_report(report: dict) -> None:
             print(f"  acceptance length {m['acceptance_length_median']:.2f} tok/step, accept {m['accept_rate_median']:.2f};"
                   f" per step: draft {m['draft_ms_per_step_median']:.1f} ms,"
                   f" verify {m['verify_ms_per_step_median']:.1f} ms{feed}")  # fmt: skip
+        if gate := m.get("eagle_gate_at_end"):
+            ms = ", ".join(f"{r} row{'s' if r > 1 else ''} {v:.1f}" for r, v in enumerate(gate["verify_ms"], 1) if v)
+            print(f"  gate after the run: first drafts confirmed per tenth of the head's p {gate['first']};"
+                  f" verify ms: {ms}; head step {gate['step_ms']:.2f} ms, chained draft {gate['draft_ms']:.2f} ms")  # fmt: skip
         if "early_endings" in m:
             n = m["prompts"]
             print(f"  fidelity: {m['early_endings']}/{n} early endings, divergences at ties (vanilla top-2 gap < {m['tie_gap']}):"

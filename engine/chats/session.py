@@ -378,7 +378,7 @@ class ChatSession:
             self.messages[-1]["engine"] = self.engine
             self.messages[-1]["stats"] = {
                 "decode_tok_s": msg.decode_tok_s, "ttft_ms": msg.ttft_ms, "n_generated": msg.n_generated, "mode": msg.mode,
-                "accel": {k: v for k, v in msg.accel.items() if k not in ("exit_hist", "copy_acceptance")},
+                "accel": {k: v for k, v in msg.accel.items() if k not in ("exit_hist", "copy_acceptance", "eagle_gate")},
             }  # fmt: skip
             return "stats"
         if isinstance(msg, p.Done) and mine:

@@ -314,10 +314,19 @@ class DrafterDecoder(_NativeLoop):
     """Speculative decoding behind one native handle (specee_drafter_*, native/src/spec/drafter.cpp):
     a drafter proposes, the target verifies in one batch and every token is sampled from the target.
     drafter: "eagle" (draft_model: an EAGLE-3 head), "draft-simple" (draft_model: a smaller model with
-    the target's tokenizer) or one of llama.cpp's n-gram drafters ("ngram-simple", ...)."""
+    the target's tokenizer) or one of llama.cpp's n-gram drafters ("ngram-simple", ...).
+    gated (eagle): each step verifies only as many of the head's up to n_draft drafts as pay on this
+    machine (native/src/draft-gate.h), else always n_draft."""
 
     def __init__(
-        self, llm: Llama, drafter: str, n_draft: int, n_threads: int, draft_model: Path | None = None, head_on_gpu: bool = False
+        self,
+        llm: Llama,
+        drafter: str,
+        n_draft: int,
+        n_threads: int,
+        draft_model: Path | None = None,
+        head_on_gpu: bool = False,
+        gated: bool = False,
     ) -> None:
         self.llm = llm
         self.drafter = drafter
@@ -337,6 +346,8 @@ class DrafterDecoder(_NativeLoop):
             msg = self.lib.specee_drafter_last_error().decode()
             self.close()
             raise RuntimeError(msg)
+        self.gated = gated and drafter == "eagle"
+        self.lib.specee_drafter_set_gated(self._handle, self.gated)
         self._stats = native.DrafterStats()
         self._out = (ctypes.c_int32 * max(256, n_draft + 1))()  # the tokens of one specee_drafter_steps call
 
@@ -374,12 +385,13 @@ class DrafterDecoder(_NativeLoop):
         """step_us: how long native code may go on stepping before it hands its tokens over (0: one
         step a call); a consumer that stops early leaves the steps past its last token in the cache."""
         smpl = make_sampler(self.llm, s)
+        sampler = None if greedy_alone(s) else smpl.sampler  # greedy alone: specee_greedy's arg max
         n_keep = self.cached_prefix(tokens)
         self.lib.specee_drafter_reset_stats(self._handle)
         self._stats = native.DrafterStats()
         arr = (ctypes.c_int32 * len(tokens))(*tokens)
         self._kv = []
-        first = self.lib.specee_drafter_prefill(self._handle, arr, len(tokens), n_keep, smpl.sampler)
+        first = self.lib.specee_drafter_prefill(self._handle, arr, len(tokens), n_keep, sampler)
         if first < 0:
             raise self._error()
         seen = [*tokens, first]  # the prompt and the answer so far; the cache holds a prefix of it
@@ -389,7 +401,7 @@ class DrafterDecoder(_NativeLoop):
         while left > 0:  # the last step may give more than max_tokens: the consumer takes what it asked
             room = min(len(self._out), max(left, per_step))  # no more steps than the answer may still take
             n = self.lib.specee_drafter_steps(
-                self._handle, smpl.sampler, self._out, room, per_step, step_us, ctypes.byref(self._stats)
+                self._handle, sampler, self._out, room, per_step, step_us, ctypes.byref(self._stats)
             )
             if n < 0:
                 raise self._error()
@@ -422,6 +434,17 @@ class DrafterDecoder(_NativeLoop):
         if self.lib.specee_drafter_copy_acceptance(self._handle, p, len(p)):
             # what the copy drafter has learnt, per match length: why it drafts where it does
             out["copy_acceptance"] = {b: round(v, 3) for b, v in zip(COPY_MATCH_BUCKETS, p, strict=True)}
+        gate = native.GateInfo()
+        if self.gated and self.lib.specee_drafter_gate_info(self._handle, ctypes.byref(gate)):
+            # what the gate has learnt: how often a draft the head gave p = 0.0-0.1 .. 0.9-1.0 was
+            # confirmed (its first and its later chain drafts), and this machine's costs
+            out["eagle_gate"] = {
+                "first": [round(v, 3) for v in gate.first],
+                "later": [round(v, 3) for v in gate.later],
+                "verify_ms": [round(v, 2) for v in gate.verify_ms],
+                "step_ms": round(gate.step_ms, 2),
+                "draft_ms": round(gate.draft_ms, 2),
+            }
         return out
 
     def set_threads(self, n: int) -> None:

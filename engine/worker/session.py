@@ -359,8 +359,11 @@ class EngineSession:
     def _eagle_decoder(self, load: p.Load, pack, head: Path) -> DrafterDecoder:  # type: ignore[no-untyped-def]
         try:
             check_eagle_head(head, Path(load.model_path))
+            # an explicit chain length is verified whole every step, as asked; by default the chain is
+            # the head's trained length and each step verifies only the drafts that pay here
             n_draft = load.n_draft or int(pack.manifest.get("eagle", {}).get("n_draft", 3))
-            return DrafterDecoder(self.llm, "eagle", n_draft, self.n_threads, head, self._head_on_gpu())
+            gated = not load.n_draft
+            return DrafterDecoder(self.llm, "eagle", n_draft, self.n_threads, head, self._head_on_gpu(), gated=gated)
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:

@@ -17,6 +17,9 @@ LLAMA_API struct specee_eagle * specee_eagle_init(struct llama_context * ctx_tgt
                                                   int32_t n_draft, int32_t n_threads);
 LLAMA_API void specee_eagle_free(struct specee_eagle * e);
 LLAMA_API void specee_eagle_set_threads(struct specee_eagle * e, int32_t n_threads);
+// As specee_drafter_set_gated.
+LLAMA_API void specee_eagle_set_gated(struct specee_eagle * e, bool gated);
+LLAMA_API void specee_eagle_gate_info(const struct specee_eagle * e, struct specee_gate_info * info);
 // As specee_drafter_prefill, specee_drafter_step, specee_drafter_n_past, specee_drafter_reset_stats.
 LLAMA_API llama_token specee_eagle_prefill(struct specee_eagle * e, const llama_token * tokens, int32_t n_tokens,
                                            int32_t n_keep, struct llama_sampler * smpl);

@@ -1,6 +1,7 @@
 // Internals shared by the EAGLE (eagle.cpp) and SpecEE early-exit (early-exit.cpp) decoders.
 #pragma once
 
+#include "draft-gate.h"
 #include "eagle-api.h"
 
 #include <algorithm>
@@ -20,6 +21,10 @@ struct batch_guard {
 inline llama_token argmax(const float * v, int32_t n) {
     return (llama_token) (std::max_element(v, v + n) - v);
 }
+
+// The softmax probability of v[best] (the arg max). Logits more than 20 below it add < 2e-9 each and
+// are skipped (an EAGLE head's rows outside its draft vocabulary are -inf).
+float top_prob(const float * v, int32_t n, llama_token best);
 
 // Sequence 0, consecutive positions from pos0; outputs for all rows or none.
 inline void set_rows(llama_batch & b, int32_t n, llama_pos pos0, bool outputs) {
@@ -46,10 +51,13 @@ struct specee_eagle {
     int32_t n_past = 0;          // tokens in the target's KV cache
     llama_token id_last = -1;    // sampled, not yet decoded by the target
     llama_token first_draft = -1;  // the seed row's proposal
+    float first_p = 0.0f;          // the head's probability of it
     std::vector<float> first_h;    // and its pre-norm state, fed to the next chain step
 
     std::vector<float> feats;  // encoder input rows [n x 3*n_embd_t]
     std::vector<float> g;      // encoder output rows [n x n_embd_d]
+    bool gated = false;            // verify only the chain drafts that pay (draft-gate.h), else all n_draft
+    specee::draft_gate gate;
     specee_drafter_stats stats{};
 };
 

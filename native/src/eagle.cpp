@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -30,6 +31,17 @@ double now_ms() {
 }
 
 }  // namespace
+
+float specee::top_prob(const float * v, int32_t n, llama_token best) {
+    const float m = v[best];
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; ++i) {
+        if (v[i] > m - 20.0f) {
+            sum += std::exp((double) (v[i] - m));
+        }
+    }
+    return (float) (1.0 / sum);
+}
 
 const char * specee_last_error(void) {
     return specee_error_msg.c_str();
@@ -83,6 +95,16 @@ void specee_eagle_set_threads(specee_eagle * e, int32_t n_threads) {
     if (e != nullptr && e->dft != nullptr) {
         llama_set_n_threads(e->dft, n_threads, n_threads);
     }
+}
+
+void specee_eagle_set_gated(specee_eagle * e, bool gated) {
+    if (e != nullptr) {
+        e->gated = gated;
+    }
+}
+
+void specee_eagle_gate_info(const specee_eagle * e, specee_gate_info * info) {
+    e->gate.info(info);
 }
 
 void specee_eagle_free(specee_eagle * e) {
@@ -153,7 +175,9 @@ static bool seed(specee_eagle * e, const float * g_last) {
     if (!draft_decode(e, &e->id_last, g_last, 1, e->n_past - 1, true)) {
         return false;
     }
-    e->first_draft = argmax(llama_get_logits_ith(e->dft, 0), e->n_vocab);
+    const float * logits = llama_get_logits_ith(e->dft, 0);
+    e->first_draft = argmax(logits, e->n_vocab);
+    e->first_p = top_prob(logits, e->n_vocab, e->first_draft);
     const float * h = llama_get_embeddings_nextn_ith(e->dft, 0);
     std::copy(h, h + e->n_embd_d, e->first_h.begin());
     return true;
@@ -194,7 +218,7 @@ llama_token specee_eagle_prefill(specee_eagle * e, const llama_token * tokens, i
         }
         if (last) {
             std::copy(e->g.end() - e->n_embd_d, e->g.end(), g_last.begin());
-            sampled = llama_sampler_sample(smpl, e->tgt, n - 1);
+            sampled = specee_pick(smpl, e->tgt, n - 1);
         }
     }
     e->n_past = n_tokens;
@@ -214,19 +238,36 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     }
     const int32_t k = std::max(0, std::min({e->n_draft, room, max_out - 1}));
 
-    // 1. draft a chain: the seed row already proposed the first token
+    // 1. draft a chain: the seed row already proposed the first token. Gated, the chain grows only
+    //    while another draft could still pay and is cut to the length that pays best (draft-gate.h).
     std::vector<llama_token> draft;
+    std::vector<float> probs;  // the head's probability of each draft
+    std::vector<double> q;     // the chance that drafts 1..j are all confirmed
     std::vector<float> h = e->first_h;
     if (k > 0) {
         draft.push_back(e->first_draft);
+        probs.push_back(e->first_p);
+        q.push_back(e->gate.confirm_prob(1, e->first_p));
     }
-    for (int32_t i = 1; i < k; ++i) {
+    while ((int32_t) draft.size() < k && (!e->gated || e->gate.worth_more(q, k))) {
+        const double td = now_ms();
+        const int32_t i = (int32_t) draft.size();
         if (!draft_decode(e, &draft.back(), h.data(), 1, e->n_past + i - 1, true)) {
             return -1;
         }
-        draft.push_back(argmax(llama_get_logits_ith(e->dft, 0), e->n_vocab));
+        const float * logits = llama_get_logits_ith(e->dft, 0);
+        const llama_token t = argmax(logits, e->n_vocab);
+        const float p = top_prob(logits, e->n_vocab, t);
+        draft.push_back(t);
+        probs.push_back(p);
+        q.push_back(q.back() * e->gate.confirm_prob(i + 1, p));
         const float * hp = llama_get_embeddings_nextn_ith(e->dft, 0);
         std::copy(hp, hp + e->n_embd_d, h.begin());
+        e->gate.note_draft(now_ms() - td);
+    }
+    const std::vector<llama_token> computed = draft;
+    if (e->gated) {
+        draft.resize(e->gate.best(q));
     }
     const double t1 = now_ms();
 
@@ -245,7 +286,7 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     int32_t accepted = 0;
     int32_t n_out = 0;
     for (int32_t i = 0; i < n; ++i) {
-        const llama_token t = llama_sampler_sample(smpl, e->tgt, i);
+        const llama_token t = specee_pick(smpl, e->tgt, i);
         out[n_out++] = t;
         if (i < (int32_t) draft.size() && t == draft[i]) {
             ++accepted;
@@ -254,6 +295,16 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
         break;
     }
     const double t2 = now_ms();
+    e->gate.note_verify(n, t2 - t1);
+    // what the target said of every computed draft it reached, verified or not: the first one it
+    // rejected ends the chain's evidence (the drafts after it fed on a wrong token)
+    for (int32_t i = 0; i < (int32_t) computed.size() && i < n_out; ++i) {
+        const bool confirmed = out[i] == computed[i];
+        e->gate.observe(i + 1, probs[i], confirmed);
+        if (!confirmed) {
+            break;
+        }
+    }
 
     // 3. keep the target KV of id_last and the accepted drafts; the last sample becomes id_last
     const int32_t base = e->n_past;
@@ -270,10 +321,13 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     }
     e->n_past = base + accepted + 1;
     e->id_last = out[n_out - 1];
-    e->first_draft = argmax(llama_get_logits_ith(e->dft, accepted), e->n_vocab);
+    const float * logits = llama_get_logits_ith(e->dft, accepted);
+    e->first_draft = argmax(logits, e->n_vocab);
+    e->first_p = top_prob(logits, e->n_vocab, e->first_draft);
     const float * hp = llama_get_embeddings_nextn_ith(e->dft, accepted);
     std::copy(hp, hp + e->n_embd_d, e->first_h.begin());
     const double t3 = now_ms();
+    e->gate.note_step(t3 - t2);
 
     e->stats.n_steps += 1;
     e->stats.n_drafted += (int32_t) draft.size();

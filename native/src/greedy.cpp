@@ -31,3 +31,7 @@ extern "C" llama_token specee_greedy(struct llama_context * ctx, int32_t idx) {
     }
     return static_cast<llama_token>(std::find(logits, logits + n, best) - logits);
 }
+
+extern "C" llama_token specee_pick(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx) {
+    return smpl != nullptr ? llama_sampler_sample(smpl, ctx, idx) : specee_greedy(ctx, idx);
+}

@@ -51,14 +51,30 @@ LLAMA_API void specee_drafter_free(struct specee_drafter * d);
 LLAMA_API const char * specee_drafter_last_error(void);
 // The draft context's threads (the worker lowers them with the target's while another process is busy).
 LLAMA_API void specee_drafter_set_threads(struct specee_drafter * d, int32_t n_threads);
+// "eagle" only (the copy drafter always is, the others never): each step verifies only as many of the
+// head's chain drafts as pay on this machine, from the head's calibrated confidence in each and the
+// measured cost of a verify per row count (draft-gate.h); 0 of them is a plain one-row decode.
+// Off (the default): every step verifies n_draft drafts, as llama.cpp's --draft does.
+LLAMA_API void specee_drafter_set_gated(struct specee_drafter * d, bool gated);
+// What the gate has learnt so far: how often the target confirmed the head's first chain draft and
+// its later ones, per tenth of the head's probability; the measured ms of a verify of 1..4 rows, of
+// the head's work every step and of one chained draft (0 where not measured yet). False for drafters
+// without a gate.
+struct specee_gate_info {
+    double first[10], later[10];
+    double verify_ms[4];
+    double step_ms, draft_ms;
+};
+LLAMA_API bool specee_drafter_gate_info(const struct specee_drafter * d, struct specee_gate_info * info);
 
 // Decode tokens[n_keep-1 .. n) on the target (its KV must hold tokens[0 .. n_keep)), let the drafter
-// see them, and sample the first answer token with smpl. Returns it, or -1 on error.
+// see them, and sample the first answer token with smpl (NULL: greedy, as specee_greedy picks).
+// Returns it, or -1 on error.
 LLAMA_API llama_token specee_drafter_prefill(struct specee_drafter * d, const llama_token * tokens, int32_t n_tokens,
                                              int32_t n_keep, struct llama_sampler * smpl);
 
 // One speculative step: draft, verify, write the 1..n_draft+1 newly sampled tokens to out (at most
-// max_out). Returns the count, 0 when the context is full, -1 on error. stats may be NULL.
+// max_out; smpl NULL: greedy). Returns the count, 0 when the context is full, -1 on error. stats may be NULL.
 LLAMA_API int32_t specee_drafter_step(struct specee_drafter * d, struct llama_sampler * smpl, llama_token * out,
                                       int32_t max_out, struct specee_drafter_stats * stats);
 
@@ -201,6 +217,9 @@ LLAMA_API const char * specee_measure_memory(const char * model_path, int32_t n_
 // Only for a chain that is greedy alone (no grammar, penalties or biases). LLAMA_TOKEN_NULL (-1) when
 // the row has no logits.
 LLAMA_API llama_token specee_greedy(struct llama_context * ctx, int32_t idx);
+// smpl's pick at row idx (llama.cpp's sampler chain, which accepts it), or specee_greedy's when smpl
+// is NULL: how every decoding loop here samples.
+LLAMA_API llama_token specee_pick(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx);
 
 // ---- Plain decoding's loop (vanilla-run.cpp) --------------------------------------------------
 // Goes on with sequence 0's answer without returning to the caller: picks the next token from the

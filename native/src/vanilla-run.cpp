@@ -34,7 +34,7 @@ extern "C" int32_t specee_vanilla_run(struct llama_context * ctx, struct llama_s
     }
     int32_t n = 0;
     while (n < n_max) {
-        tok = smpl != nullptr ? llama_sampler_sample(smpl, ctx, -1) : specee_greedy(ctx, -1);
+        tok = specee_pick(smpl, ctx, -1);
         if (tok < 0) {
             return -1;
         }

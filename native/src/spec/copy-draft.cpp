@@ -12,26 +12,15 @@ uint64_t key(llama_token a, llama_token b) {
 constexpr int32_t MAX_MATCH = 32;      // longer matches are all "long"
 constexpr size_t MAX_CANDIDATES = 64;  // most recent occurrences of the bigram examined
 constexpr double MIN_GAIN = 1.05;      // draft only where the model expects 5% more tokens per cost
-constexpr double EMA = 0.1;
 
 // Prior acceptance per match bucket (confirmed, exposed): a short match is a weak hint, a long one
 // is usually a copy that runs on; a few verifications replace these.
 constexpr double PRIOR_ACC[] = {1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
 constexpr double PRIOR_TRIES[] = {4.0, 4.0, 4.0, 4.5, 5.0, 7.0};
 
-// Prior cost of a decode of n rows relative to one row (README's cost curve, SmolLM2 Q4_1 on a
-// 2-core CPU with the multi-column kernels); measured times replace it.
-double prior_cost(int32_t n) {
-    static const double at[] = {0.0, 1.0, 1.48, 1.72, 1.95, 2.37, 2.8, 3.2, 3.64};
-    if (n <= 8) {
-        return at[std::max(n, 1)];
-    }
-    return 3.64 + (n - 8) * (6.55 - 3.64) / 8.0;
-}
-
 }  // namespace
 
-copy_drafter::copy_drafter(int32_t n_max) : n_max_(std::clamp(n_max, 1, MAX_ROWS - 1)) {}
+copy_drafter::copy_drafter(int32_t n_max) : n_max_(std::clamp(n_max, 1, specee::row_costs::MAX_ROWS - 1)) {}
 
 int copy_drafter::bucket_of(int32_t n) {
     return n <= 2 ? 0 : n == 3 ? 1 : n == 4 ? 2 : n < 8 ? 3 : n < 16 ? 4 : 5;
@@ -61,13 +50,6 @@ int32_t copy_drafter::acceptance(double * p, int32_t n) const {
         p[b] = accept_prob(b);
     }
     return m;
-}
-
-double copy_drafter::cost(int32_t n) const {
-    if (n_ms_[1] >= 3 && n_ms_[n] >= 3 && ms_[1] > 0.0) {
-        return std::max(1.0, ms_[n] / ms_[1]);
-    }
-    return prior_cost(n);
 }
 
 void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last, int32_t room,
@@ -119,7 +101,7 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
     for (int32_t k = 1; k <= avail; ++k) {
         pk *= p;
         expected += pk;
-        const double gain = expected / cost(k + 1);
+        const double gain = expected / costs_.relative(k + 1);
         if (gain > best_gain) {
             best_gain = gain;
             best_k = k;
@@ -141,11 +123,7 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
 }
 
 void copy_drafter::feedback(int32_t k, int32_t n_accepted, double verify_ms) {
-    const int32_t rows = k + 1;
-    if (rows <= MAX_ROWS && verify_ms > 0.0) {
-        ms_[rows] = n_ms_[rows] == 0 ? verify_ms : (1.0 - EMA) * ms_[rows] + EMA * verify_ms;
-        n_ms_[rows] += 1;
-    }
+    costs_.note(k + 1, verify_ms);
     if (bucket_ >= 0 && k > 0) {
         acc_[bucket_] += n_accepted;
         tries_[bucket_] += n_accepted + (n_accepted < k ? 1 : 0);  // the first miss ends the chain

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "llama.h"
+#include "row-costs.h"
 
 #include <array>
 #include <cstdint>
@@ -36,14 +37,12 @@ public:
 
 private:
     static constexpr int N_BUCKETS = 6;  // match lengths 2, 3, 4, 5-7, 8-15, 16+
-    static constexpr int MAX_ROWS = 17;
 
     int32_t n_max_;
     std::unordered_map<uint64_t, std::vector<int32_t>> index_;  // bigram -> positions of its 2nd token
     size_t n_indexed_ = 0;
     std::array<double, N_BUCKETS> acc_{}, tries_{};  // draft tokens confirmed / exposed, per bucket
-    std::array<double, MAX_ROWS + 1> ms_{};           // smoothed ms of a decode of n rows
-    std::array<int32_t, MAX_ROWS + 1> n_ms_{};
+    specee::row_costs costs_;                         // a verify of n rows, as measured here
     int bucket_ = -1;  // the last draft's match bucket
     int shadow_bucket_ = -1;  // a match not drafted from: its bucket, where its next token lies and
     int32_t shadow_pos_ = -1;  // how long the context was then
@@ -51,5 +50,4 @@ private:
 
     static int bucket_of(int32_t match_len);
     double accept_prob(int bucket) const;
-    double cost(int32_t n_rows) const;  // relative to one row
 };

@@ -133,6 +133,20 @@ void specee_drafter_set_threads(specee_drafter * s, int32_t n_threads) {
     }
 }
 
+void specee_drafter_set_gated(specee_drafter * s, bool gated) {
+    if (s != nullptr && s->eagle != nullptr) {
+        specee_eagle_set_gated(s->eagle, gated);
+    }
+}
+
+bool specee_drafter_gate_info(const specee_drafter * s, specee_gate_info * info) {
+    if (s == nullptr || s->eagle == nullptr || info == nullptr) {
+        return false;
+    }
+    specee_eagle_gate_info(s->eagle, info);
+    return true;
+}
+
 void specee_drafter_free(specee_drafter * s) {
     if (s == nullptr) {
         return;
@@ -198,7 +212,7 @@ llama_token specee_drafter_prefill(specee_drafter * s, const llama_token * token
         }
     }
     s->prompt.assign(tokens, tokens + n_tokens);
-    s->id_last = llama_sampler_sample(smpl, s->tgt, -1);
+    s->id_last = specee_pick(smpl, s->tgt, -1);
     if (s->copy) {
         s->copy->reset(s->prompt);
     } else if (s->spec != nullptr) {
@@ -246,7 +260,7 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
     }
     int32_t n_out = 0;
     for (int32_t i = 0; i <= k; ++i) {
-        const llama_token t = llama_sampler_sample(smpl, s->tgt, i);
+        const llama_token t = specee_pick(smpl, s->tgt, i);
         out[n_out++] = t;
         if (i == k || t != s->draft[i]) {
             break;
