@@ -190,6 +190,18 @@ def _vanilla(llm: Llama, tokens: list[int], n: int = N_TOKENS) -> list[int]:
         vanilla.forget()
 
 
+def _eagle_and_vanilla(llm: Llama, model: Path, head: Path, gated: bool) -> tuple[list[int], list[int], dict]:
+    """The greedy answer of a 3-draft eagle chain with `head`, vanilla's, and eagle's statistics."""
+    tokens = _tokens(llm, model)
+    want = _vanilla(llm, tokens)
+    dec = DrafterDecoder(llm, "eagle", n_draft=3, n_threads=2, draft_model=head, gated=gated)
+    try:
+        got = _take(dec.stream(tokens, p.Sampling.greedy(N_TOKENS)), N_TOKENS)
+        return got, want, dec.accel_stats()
+    finally:
+        dec.close()
+
+
 @pytest.mark.parametrize("tied", [False, True], ids=["untied-drafts-rejected", "tied-drafts-accepted"])
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_eagle_greedy_output_equals_vanilla(
@@ -199,15 +211,7 @@ def test_eagle_greedy_output_equals_vanilla(
     arch: str,
     tied: bool,
 ) -> None:
-    llm = llms(arch, tied)
-    tokens = _tokens(llm, tiny_models[arch, tied])
-    want = _vanilla(llm, tokens)
-    dec = DrafterDecoder(llm, "eagle", n_draft=3, n_threads=2, draft_model=heads(arch, tied))
-    try:
-        got = _take(dec.stream(tokens, p.Sampling.greedy(N_TOKENS)), N_TOKENS)
-        st = dec.accel_stats()
-    finally:
-        dec.close()
+    got, want, st = _eagle_and_vanilla(llms(arch, tied), tiny_models[arch, tied], heads(arch, tied), gated=False)
     assert got == want
     assert st["drafted"] > 0
     if tied:  # else the accepted-draft path went untested
@@ -220,15 +224,7 @@ def test_a_gated_chain_never_verifies_the_drafts_of_a_head_that_is_never_sure(
 ) -> None:
     """A random head spreads its probability over the whole vocabulary: gated, no draft of it is worth
     a verify row, so every step decodes one row as vanilla does (and the answer is vanilla's)."""
-    llm = llms(arch, False)
-    tokens = _tokens(llm, tiny_models[arch, False])
-    want = _vanilla(llm, tokens)
-    dec = DrafterDecoder(llm, "eagle", n_draft=3, n_threads=2, draft_model=heads(arch, False), gated=True)
-    try:
-        got = _take(dec.stream(tokens, p.Sampling.greedy(N_TOKENS)), N_TOKENS)
-        st = dec.accel_stats()
-    finally:
-        dec.close()
+    got, want, st = _eagle_and_vanilla(llms(arch, False), tiny_models[arch, False], heads(arch, False), gated=True)
     assert got == want
     assert st["drafted"] == 0 and st["acceptance_length"] == 1.0, st
     assert st["eagle_gate"]["verify_ms"][0] > 0 and st["eagle_gate"]["verify_ms"][1] == 0
