@@ -177,7 +177,7 @@ static bool seed(specee_eagle * e, const float * g_last) {
     }
     const float * logits = llama_get_logits_ith(e->dft, 0);
     e->first_draft = argmax(logits, e->n_vocab);
-    e->first_p = top_prob(logits, e->n_vocab, e->first_draft);
+    e->first_p = e->gated ? top_prob(logits, e->n_vocab, e->first_draft) : 0.0f;
     const float * h = llama_get_embeddings_nextn_ith(e->dft, 0);
     std::copy(h, h + e->n_embd_d, e->first_h.begin());
     return true;
@@ -257,7 +257,7 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
         }
         const float * logits = llama_get_logits_ith(e->dft, 0);
         const llama_token t = argmax(logits, e->n_vocab);
-        const float p = top_prob(logits, e->n_vocab, t);
+        const float p = e->gated ? top_prob(logits, e->n_vocab, t) : 0.0f;
         draft.push_back(t);
         probs.push_back(p);
         q.push_back(q.back() * e->gate.confirm_prob(i + 1, p));
@@ -297,8 +297,9 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     const double t2 = now_ms();
     e->gate.note_verify(n, t2 - t1);
     // what the target said of every computed draft it reached, verified or not: the first one it
-    // rejected ends the chain's evidence (the drafts after it fed on a wrong token)
-    for (int32_t i = 0; i < (int32_t) computed.size() && i < n_out; ++i) {
+    // rejected ends the chain's evidence (the drafts after it fed on a wrong token). A fixed chain
+    // runs none of the gate's work.
+    for (int32_t i = 0; e->gated && i < (int32_t) computed.size() && i < n_out; ++i) {
         const bool confirmed = out[i] == computed[i];
         e->gate.observe(i + 1, probs[i], confirmed);
         if (!confirmed) {
@@ -323,7 +324,7 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
     e->id_last = out[n_out - 1];
     const float * logits = llama_get_logits_ith(e->dft, accepted);
     e->first_draft = argmax(logits, e->n_vocab);
-    e->first_p = top_prob(logits, e->n_vocab, e->first_draft);
+    e->first_p = e->gated ? top_prob(logits, e->n_vocab, e->first_draft) : 0.0f;
     const float * hp = llama_get_embeddings_nextn_ith(e->dft, accepted);
     std::copy(hp, hp + e->n_embd_d, e->first_h.begin());
     const double t3 = now_ms();
