@@ -248,6 +248,8 @@ def cpu_lib() -> ctypes.CDLL | None:
         "specee_multicol_set": ([ctypes.c_bool], None),
         "specee_multicol_available": ([], ctypes.c_bool),
         "specee_multicol_rows": ([], ctypes.c_int64),
+        "specee_split_by_thread_set": ([ctypes.c_bool], None),
+        "specee_split_by_thread_count": ([], ctypes.c_int64),
     }
     return _bind(handle, sigs)
 
@@ -282,6 +284,20 @@ def set_multicol(on: bool) -> None:
     handle = cpu_lib()
     if handle is not None:
         handle.specee_multicol_set(on)
+
+
+def split_by_thread_count() -> int:
+    """How many times a thread took one run of weight rows in this process so far (patch 0019)."""
+    handle = cpu_lib()
+    return int(handle.specee_split_by_thread_count()) if handle else 0
+
+
+def set_split_by_thread(on: bool) -> None:
+    """Small batches: one contiguous run of weight rows per thread (on, patch 0019) or upstream's
+    small chunks taken in turns (off), for the following decodes (measurements only)."""
+    handle = cpu_lib()
+    if handle is not None:
+        handle.specee_split_by_thread_set(on)
 
 
 EE_MAX_LAYERS = 128  # specee.h SPECEE_EE_MAX_LAYERS

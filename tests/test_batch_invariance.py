@@ -158,6 +158,31 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
         llm.close()
 
 
+def test_weight_rows_split_by_thread_leave_every_logit_as_it_was(model_path: Path) -> None:
+    """Patch 0019: a decode or a small verify batch gives each thread one run of weight rows
+    instead of upstream's small chunks taken in turns. Only which thread computes a row changes,
+    so every logit of 1-16 rows must equal, bit for bit, the chunked schedule's."""
+    from engine.native import set_split_by_thread, split_by_thread_count
+
+    with batch_invariant_weights(False):
+        llm = Llama(model_path=str(model_path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    try:
+        _decode(llm, list(range(100, 140)), 0, keep=True)
+        drafts = list(range(300, 316))
+        for n in (1, 2, 4, 16):
+            set_split_by_thread(False)
+            before = split_by_thread_count()
+            chunked = _decode(llm, drafts[:n], 40, keep=False)
+            assert split_by_thread_count() == before  # switched off: upstream's chunks
+            set_split_by_thread(True)
+            split = _decode(llm, drafts[:n], 40, keep=False)
+            assert split_by_thread_count() > before  # this batch was split by thread
+            assert np.array_equal(split, chunked), f"{n} rows: splitting by thread changed a logit"
+    finally:
+        set_split_by_thread(True)
+        llm.close()
+
+
 def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
     """native/build.py --kernel-bench: random weights of every type the kernels cover (and some
     they leave to ggml), each row of 2, 3, 4 and 8-row calls against its one-row call and against

@@ -120,7 +120,8 @@ def test_cost_curve_compares_the_kernels_side_by_side_with_the_floor(
     out = tmp_path / "curve.json"
     assert cli(["bench", "--model", str(model_path), "--cost-curve", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "ggml vec_dot" in text and "multi-column" in text and "repacked" in text
+    assert "ggml vec_dot" in text and "multi, chunks" in text and "multi-column" in text and "repacked" in text
+    assert "weight rows split by thread (patch 0019)" in text
     assert "physical floor of one token" in text
     data = json.loads(out.read_text())
     for curve in data["curves"].values():

@@ -33,19 +33,26 @@ def report(model_path: Path, threads: int, sizes: tuple[int, ...] = SIZES) -> tu
     from engine.models.gguf_file import inspect_gguf
     from engine.placement.weights_layout import repack_is_exact
 
-    flat = ["ggml vec_dot", "multi-column"] if multicol_available() else ["ggml vec_dot"]
+    flat = ["ggml vec_dot", "multi, chunks", "multi-column"] if multicol_available() else ["ggml vec_dot"]
     curves = measure(model_path, False, threads, flat, sizes) + measure(model_path, True, threads, ["repacked"], sizes)
     used = "repacked" if repack_is_exact(inspect_gguf(model_path)) else flat[-1]
-    head = f"{'kernels':<12} {'n=1 ms':>8} " + " ".join(f"{f'n={n}':>7}" for n in sizes[1:])
+    head = f"{'kernels':<13} {'n=1 ms':>8} " + " ".join(f"{f'n={n}':>7}" for n in sizes[1:])
     lines = [
         f"cost of one decode call of n rows (logits for every row), {model_path.name}, {threads} threads",
         head,
-        *(f"{c.kernels:<12} {c.ms[1]:8.2f} " + " ".join(f"{c.ratio(n):6.2f}x" for n in sizes[1:]) for c in curves),
+        *(f"{c.kernels:<13} {c.ms[1]:8.2f} " + " ".join(f"{c.ratio(n):6.2f}x" for n in sizes[1:]) for c in curves),
         f"the worker decodes this model with the {used} kernels (the batch-invariant choice)",
         f"physical floor of one token: {read / 1e6:.0f} MB of weights / {bandwidth:.1f} GB/s = {floor:.1f} ms "
         f"(the worker's at n=1: {next(c for c in curves if c.kernels == used).ms[1] / floor:.2f}x the floor)",
         "per-token ms at n=16: " + ", ".join(f"{c.kernels} {c.ms[sizes[-1]] / sizes[-1]:.1f}" for c in curves),
     ]
+    by_name = {c.kernels: c for c in curves}
+    if "multi, chunks" in by_name:
+        chunks, split = by_name["multi, chunks"], by_name["multi-column"]
+        lines.append(
+            "weight rows split by thread (patch 0019) against upstream's small chunks: "
+            + ", ".join(f"n={n} {chunks.ms[n] / split.ms[n]:.2f}x faster" for n in sizes)
+        )
     data = {
         "model": model_path.name,
         "threads": threads,

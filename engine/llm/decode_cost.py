@@ -25,10 +25,17 @@ class CostCurve:
         return self.ms[n] / self.ms[1]
 
 
-# name -> (weights repacked, multi-column kernels): ggml's vec_dot one row at a time (upstream,
-# batch-invariant), ours computing up to four rows per weight row (patch 0009, same arithmetic),
-# and ggml's repacked layout (Q4_K batch-invariant by patch 0008; other types multi-column)
-KERNELS = {"ggml vec_dot": (False, False), "multi-column": (False, True), "repacked": (True, True)}
+# name -> (weights repacked, multi-column kernels, weight rows split by thread): ggml's vec_dot one
+# row at a time in upstream's small chunks taken in turns (upstream, batch-invariant); the same with
+# our multi-column kernels computing up to four rows per weight row (patch 0009, same arithmetic);
+# those with each thread streaming one run of weight rows (patch 0019, what the worker runs); and
+# ggml's repacked layout (Q4_K batch-invariant by patch 0008; other types multi-column)
+KERNELS = {
+    "ggml vec_dot": (False, False, False),
+    "multi, chunks": (False, True, False),
+    "multi-column": (False, True, True),
+    "repacked": (True, True, True),
+}
 
 
 def measure(
@@ -40,7 +47,7 @@ def measure(
     from llama_cpp import llama_cpp as C
 
     from engine.llm.load import batch_invariant_weights, flash_attention
-    from engine.native import set_multicol
+    from engine.native import set_multicol, set_split_by_thread
 
     with batch_invariant_weights(repack):
         # attention as the worker's target on the CPU
@@ -73,6 +80,7 @@ def measure(
             for r in tqdm(range(repeats + 1), desc=f"cost curve ({layout})", unit="round", leave=False):
                 for k in kernels:
                     set_multicol(KERNELS[k][1])
+                    set_split_by_thread(KERNELS[k][2])
                     for n in sizes:
                         ms = decode([tokens[(r + i) % len(tokens)] for i in range(n)], len(prefix), True)
                         C.llama_memory_seq_rm(mem, 0, len(prefix), -1)
@@ -82,6 +90,7 @@ def measure(
                 c.ms = {n: statistics.median(times[(c.kernels, n)]) for n in sizes}
         finally:
             set_multicol(True)
+            set_split_by_thread(True)
             C.llama_batch_free(batch)
         return curves
     finally:

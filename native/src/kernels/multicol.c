@@ -30,6 +30,30 @@ void specee_multicol_set(bool on) {
     g_enabled = on ? 1 : 0;
 }
 
+static volatile int g_split = -1;  // -1: not decided yet (SPECEE_SPLIT_BY_THREAD=0 turns it off)
+static int64_t g_splits = 0;
+
+void specee_split_by_thread_set(bool on) {
+    g_split = on ? 1 : 0;
+}
+
+bool specee_split_by_thread(int64_t nr0, int64_t nr1, int64_t planes) {
+    if (g_split < 0) {
+        const char * env = getenv("SPECEE_SPLIT_BY_THREAD");
+        g_split = !(env && env[0] == '0');
+    }
+    // weights by a few activation rows only: attention's per-head products keep upstream's chunks
+    const bool split = g_split && planes == 1 && nr1 <= SPECEE_SPLIT_MAX_ROWS && nr0 > nr1;
+    if (split) {
+        __atomic_fetch_add(&g_splits, 1, __ATOMIC_RELAXED);
+    }
+    return split;
+}
+
+int64_t specee_split_by_thread_count(void) {
+    return __atomic_load_n(&g_splits, __ATOMIC_RELAXED);
+}
+
 static int64_t g_rows = 0;
 
 void specee_multicol_note(int64_t rows) {
