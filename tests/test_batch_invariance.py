@@ -158,14 +158,18 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
         llm.close()
 
 
-def test_weight_rows_split_by_thread_leave_every_logit_as_it_was(model_path: Path) -> None:
+@pytest.mark.parametrize("which", ["default-q4_1", "q4_k_m-repacked"])
+def test_weight_rows_split_by_thread_leave_every_logit_as_it_was(which: str, q4_k_model: Path, model_path: Path) -> None:
     """Patch 0019: a decode or a small verify batch gives each thread one run of weight rows
-    instead of upstream's small chunks taken in turns. Only which thread computes a row changes,
-    so every logit of 1-16 rows must equal, bit for bit, the chunked schedule's."""
+    instead of upstream's small chunks taken in turns (ggml's mul_mat and its repacked layout's).
+    Only which thread computes a row changes, so every logit of 1-16 rows must equal, bit for bit,
+    the chunked schedule's."""
     from engine.native import set_split_by_thread, split_by_thread_count
 
-    with batch_invariant_weights(False):
-        llm = Llama(model_path=str(model_path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    repacked = which == "q4_k_m-repacked"
+    with batch_invariant_weights(repacked):
+        path = q4_k_model if repacked else model_path
+        llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
         _decode(llm, list(range(100, 140)), 0, keep=True)
         drafts = list(range(300, 316))
