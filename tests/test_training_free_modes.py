@@ -79,16 +79,18 @@ def test_copy_drafting_drafts_long_runs_where_the_answer_copies(model_path: Path
 
 
 def test_copy_drafter_learns_from_the_steps_it_does_not_draft(model_path: Path) -> None:
-    """A match of 2 or 3 tokens is a weak hint a priori (estimated acceptance 0.25 and 0.375, too low
-    for a draft to pay), so the drafter never verifies one to find out; but every step that decodes
-    one row shows whether such a match's next token came true. On a list to copy they mostly do, and
-    the estimates rise from their priors within one answer, without a verify paid for it."""
+    """A match of 2 tokens is a weak hint a priori (estimated acceptance 0.25 with one earlier
+    occurrence, 0.31 where several went on alike: too low for a draft to pay), so the drafter never
+    verifies one to find out; but every step that decodes one row shows whether such a match's next
+    token came true. On a list to copy they mostly do, and the estimates rise from their priors
+    within one answer, without a verify paid for it."""
     with WorkerClient() as client:
         client.load(model_path, p.Placement(n_ctx=1024), mode="ngram")
         to_copy = "Copy this list exactly: " + "alpha, beta, gamma, delta, " * 6
         _, accel = _done(client, [{"role": "user", "content": to_copy}], n=64)
         learnt = accel["copy_acceptance"]
-        assert learnt["2"] > 0.3 and learnt["3"] > 0.45, learnt
+        # priors 0.25 (one earlier occurrence) and 0.31 (several, all going on alike)
+        assert learnt["2 one"] > 0.3 and learnt["2 agree"] > 0.5, learnt
 
 
 def test_another_of_llamas_ngram_drafters_and_a_bad_name(model_path: Path, vanilla: WorkerClient) -> None:

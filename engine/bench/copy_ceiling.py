@@ -105,7 +105,7 @@ def main() -> None:
 
     from engine.llm.chat_prompt import ChatPrompt
     from engine.llm.decode_cost import SIZES, measure
-    from engine.llm.decoders import COPY_MATCH_BUCKETS
+    from engine.llm.decoders import COPY_ALIKE, COPY_MATCH_BUCKETS
     from engine.llm.load import vocab_only
     from engine.models.gguf_file import inspect_gguf
     from engine.models.registry import ModelRegistry
@@ -142,7 +142,7 @@ def main() -> None:
     print("the next token the copy drafter would propose came true, by match length and earlier occurrences:")
     for bucket in COPY_MATCH_BUCKETS:
         cells = [f"{alike} {hits[(bucket, alike)][0] / hits[(bucket, alike)][1]:.2f} of {hits[(bucket, alike)][1]}"
-                 for alike in ("one", "agree", "disagree") if hits[(bucket, alike)][1]]  # fmt: skip
+                 for alike in COPY_ALIKE if hits[(bucket, alike)][1]]  # fmt: skip
         print(f"  match {bucket:>5}: " + ", ".join(cells))
     print("cost of n rows / one row here: " + ", ".join(f"{n}: {cost[n]:.2f}" for n in (2, 3, 4, 8, 16)))
     print(f"{'category':<16} {'prompts':>7} {'ceiling':>8} {'ngram':>7}   (medians of per-prompt ratios to vanilla)")

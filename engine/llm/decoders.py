@@ -24,7 +24,11 @@ from engine.models.exit_predictors import ExitPredictors
 from engine.sequences import common_prefix
 
 # the copy drafter's match-length buckets (native/src/spec/copy-draft.h), as its accel stats name them
-COPY_MATCH_BUCKETS = ("2", "3", "4", "5-7", "8-15", "16+")
+COPY_MATCH_BUCKETS = ("2", "3", "4", "5-7", "8-15", "16+")  # the copy drafter's match lengths
+# and whether the earlier occurrences of the context's last two tokens went on alike
+# (native/src/spec/copy-draft.h): its estimates come in this order
+COPY_ALIKE = ("one", "agree", "disagree")
+COPY_BUCKETS = tuple(f"{length} {alike}" for alike in COPY_ALIKE for length in COPY_MATCH_BUCKETS)
 
 
 class Decoder(Protocol):
@@ -430,10 +434,10 @@ class DrafterDecoder(_NativeLoop):
         }
         if self.drafter == "eagle":  # only EAGLE feeds the accepted tokens' features to its head
             out["feed_ms_per_step"] = st.t_feed_ms / steps
-        p = (ctypes.c_double * len(COPY_MATCH_BUCKETS))()
+        p = (ctypes.c_double * len(COPY_BUCKETS))()
         if self.lib.specee_drafter_copy_acceptance(self._handle, p, len(p)):
-            # what the copy drafter has learnt, per match length: why it drafts where it does
-            out["copy_acceptance"] = {b: round(v, 3) for b, v in zip(COPY_MATCH_BUCKETS, p, strict=True)}
+            # what the copy drafter has learnt, per match length and agreement: why it drafts where it does
+            out["copy_acceptance"] = {b: round(v, 3) for b, v in zip(COPY_BUCKETS, p, strict=True)}
         gate = native.GateInfo()
         if self.gated and self.lib.specee_drafter_gate_info(self._handle, ctypes.byref(gate)):
             # what the gate has learnt: how often a draft the head gave p = 0.0-0.1 .. 0.9-1.0 was

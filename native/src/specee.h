@@ -94,7 +94,9 @@ LLAMA_API void    specee_drafter_reset_stats(struct specee_drafter * d);
 // target's (llama_state_seq_*) so that a kept conversation drafts as it would have gone on.
 LLAMA_API struct llama_context * specee_drafter_draft_context(const struct specee_drafter * d);
 // The copy drafter's estimate of how often a draft token is confirmed, per match length it drafted
-// from (2, 3, 4, 5-7, 8-15, 16+): at most n values written to p; returns how many (0 for the others).
+// from (2, 3, 4, 5-7, 8-15, 16+) with one earlier occurrence of the last two tokens, then the same
+// six where several occurred and all went on alike, then where they did not: at most n values
+// written to p; returns how many (0 for the other drafters).
 LLAMA_API int32_t specee_drafter_copy_acceptance(const struct specee_drafter * d, double * p, int32_t n);
 
 // ---- SpecEE early exit (early-exit.cpp) ----------------------------------------------------

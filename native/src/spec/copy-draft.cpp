@@ -13,17 +13,19 @@ constexpr int32_t MAX_MATCH = 32;      // longer matches are all "long"
 constexpr size_t MAX_CANDIDATES = 64;  // most recent occurrences of the bigram examined
 constexpr double MIN_GAIN = 1.05;      // draft only where the model expects 5% more tokens per cost
 
-// Prior acceptance per match bucket (confirmed, exposed): a short match is a weak hint, a long one
-// is usually a copy that runs on; a few verifications replace these.
+// Prior acceptance per match length (confirmed, exposed): a short match is a weak hint, a long one
+// is usually a copy that runs on; a few verifications replace these. Where the earlier occurrences
+// agreed the prior is raised, where they disagreed lowered, by about what the dev prompts showed.
 constexpr double PRIOR_ACC[] = {1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
 constexpr double PRIOR_TRIES[] = {4.0, 4.0, 4.0, 4.5, 5.0, 7.0};
+constexpr double PRIOR_ALIKE[] = {1.0, 1.25, 0.6};  // one occurrence, all agree, they disagree
 
 }  // namespace
 
 copy_drafter::copy_drafter(int32_t n_max) : n_max_(std::clamp(n_max, 1, specee::row_costs::MAX_ROWS - 1)) {}
 
-int copy_drafter::bucket_of(int32_t n) {
-    return n <= 2 ? 0 : n == 3 ? 1 : n == 4 ? 2 : n < 8 ? 3 : n < 16 ? 4 : 5;
+int copy_drafter::bucket_of(int32_t n, int alike) {
+    return alike * N_LENGTHS + (n <= 2 ? 0 : n == 3 ? 1 : n == 4 ? 2 : n < 8 ? 3 : n < 16 ? 4 : 5);
 }
 
 void copy_drafter::reset(const std::vector<llama_token> & ctx) {
@@ -41,7 +43,9 @@ void copy_drafter::sync(const std::vector<llama_token> & ctx) {
 }
 
 double copy_drafter::accept_prob(int b) const {
-    return (PRIOR_ACC[b] + acc_[b]) / (PRIOR_TRIES[b] + tries_[b]);
+    const int len = b % N_LENGTHS;
+    const double prior = std::min(PRIOR_ACC[len] * PRIOR_ALIKE[b / N_LENGTHS], PRIOR_TRIES[len] * 0.95);
+    return (prior + acc_[b]) / (PRIOR_TRIES[len] + tries_[b]);
 }
 
 int32_t copy_drafter::acceptance(double * p, int32_t n) const {
@@ -70,14 +74,23 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
     if (it == index_.end()) {
         return;
     }
-    // the longest match ending at an earlier occurrence of (ctx[n-1], last); the latest on ties
+    // the longest match ending at an earlier occurrence of (ctx[n-1], last); the latest on ties.
+    // Whether all occurrences went on with the same token is evidence of its own.
     int32_t best_pos = -1;
     int32_t best_len = 0;
+    int32_t n_seen = 0;
+    bool alike = true;
+    llama_token first_next = LLAMA_TOKEN_NULL;
     const std::vector<int32_t> & pos = it->second;
     for (size_t c = 0; c < pos.size() && c < MAX_CANDIDATES; ++c) {
         const int32_t i = pos[pos.size() - 1 - c];
         if (i + 1 >= n) {
             continue;  // nothing follows it yet
+        }
+        if (n_seen++ == 0) {
+            first_next = ctx[i + 1];
+        } else {
+            alike = alike && ctx[i + 1] == first_next;
         }
         int32_t len = 2;
         while (len < MAX_MATCH && i - len >= 0 && ctx[i - len] == ctx[n - len]) {
@@ -91,7 +104,7 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
     if (best_pos < 0) {
         return;
     }
-    const int b = bucket_of(best_len);
+    const int b = bucket_of(best_len, n_seen == 1 ? 0 : alike ? 1 : 2);
     const double p = accept_prob(b);
     const int32_t avail = std::min({n_max_, room, n - 1 - best_pos});
     int32_t best_k = 0;
