@@ -59,7 +59,7 @@ int32_t copy_drafter::acceptance(double * p, int32_t n) const {
 void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last, int32_t room,
                          std::vector<llama_token> & out) {
     out.clear();
-    bucket_ = -1;
+    draft_len_ = 0;
     const int32_t n = (int32_t) ctx.size();
     if (shadow_bucket_ >= 0 && n == shadow_n_ + 1) {
         // the last step decoded one row where a match was: `last` is what it emitted there
@@ -104,15 +104,17 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
     if (best_pos < 0) {
         return;
     }
-    const int b = bucket_of(best_len, n_seen == 1 ? 0 : alike ? 1 : 2);
-    const double p = accept_prob(b);
+    const int alike_class = n_seen == 1 ? 0 : alike ? 1 : 2;
+    const int b = bucket_of(best_len, alike_class);
     const int32_t avail = std::min({n_max_, room, n - 1 - best_pos});
     int32_t best_k = 0;
     double best_gain = MIN_GAIN;
     double expected = 1.0;  // tokens a step emits: the sample plus the confirmed drafts
     double pk = 1.0;
     for (int32_t k = 1; k <= avail; ++k) {
-        pk *= p;
+        // draft token k is verified only if the k - 1 before it were confirmed: the match is then
+        // k - 1 tokens longer, and its bucket's estimate is the one that applies
+        pk *= accept_prob(bucket_of(best_len + k - 1, alike_class));
         expected += pk;
         const double gain = expected / costs_.relative(k + 1);
         if (gain > best_gain) {
@@ -132,14 +134,19 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
         return;
     }
     out.assign(ctx.begin() + best_pos + 1, ctx.begin() + best_pos + 1 + best_k);
-    bucket_ = b;
+    draft_len_ = best_len;
+    draft_alike_ = alike_class;
 }
 
 void copy_drafter::feedback(int32_t k, int32_t n_accepted, double verify_ms) {
     costs_.note(k + 1, verify_ms);
-    if (bucket_ >= 0 && k > 0) {
-        acc_[bucket_] += n_accepted;
-        tries_[bucket_] += n_accepted + (n_accepted < k ? 1 : 0);  // the first miss ends the chain
+    if (draft_len_ > 0 && k > 0) {
+        // draft token j was exposed with the match j tokens longer; the first miss ends the chain
+        for (int32_t j = 0; j < k && j <= n_accepted; ++j) {
+            const int b = bucket_of(draft_len_ + j, draft_alike_);
+            acc_[b] += j < n_accepted ? 1.0 : 0.0;
+            tries_[b] += 1.0;
+        }
     }
-    bucket_ = -1;
+    draft_len_ = 0;
 }

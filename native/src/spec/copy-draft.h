@@ -4,8 +4,9 @@
 // and proposes what followed it, like llama.cpp's ngram-simple, but a verify batch of n rows costs
 // more than one row (on a 2-core CPU 4 rows cost ~2x one), so a miss is a loss. Each step it picks
 // the draft length k (0 = a plain one-row decode) that maximises the expected tokens per unit of
-// cost: tokens = 1 + p + p^2 + ... + p^k, with p the measured acceptance of drafts whose match was
-// as long as this one's, and the cost of k + 1 rows measured on this machine as it runs. Steps that
+// cost: tokens = 1 + p1 + p1 p2 + ... + p1 ... pk, with pj the measured acceptance of draft tokens
+// whose match was as long as this one's will be when token j is checked (j - 1 tokens longer), and
+// the cost of k + 1 rows measured on this machine as it runs. Steps that
 // draft nothing still learn: the next step shows whether the match's next token came true, so a
 // bucket whose prior is too shy is corrected without paying for a verify to find out. A bucket is a
 // match length and whether the earlier occurrences of the context's last two tokens all went on
@@ -50,7 +51,8 @@ private:
     size_t n_indexed_ = 0;
     std::array<double, N_BUCKETS> acc_{}, tries_{};  // draft tokens confirmed / exposed, per bucket
     specee::row_costs costs_;                         // a verify of n rows, as measured here
-    int bucket_ = -1;  // the last draft's match bucket
+    int32_t draft_len_ = 0;  // the last draft's match length (0: none) and agreement class
+    int draft_alike_ = 0;
     int shadow_bucket_ = -1;  // a match not drafted from: its bucket, where its next token lies and
     int32_t shadow_pos_ = -1;  // how long the context was then
     int32_t shadow_n_ = -1;
