@@ -194,8 +194,14 @@ def test_cli_imports_and_measures_before_auto_uses_the_head(imported: tuple[Path
     assert m["prompts"] == 2 and m["non_tie_divergences"] == 0 and m["early_endings"] == 0
     if m["placement"].startswith("0 GPU layers"):
         assert m["identical_to_vanilla"] == "2/2"
-    assert m["accept_rate"] > 0.3 and m["acceptance_length_median"] > 1.0, m
+    # the measurement runs eagle as the app does, verifying only the drafts the gate prices as paying;
+    # on this tiny target that depends on the machine's timings, so what it drafted must land, and
+    # whether the head's drafts land at all is checked on a fixed chain below
+    assert m["drafted"] == 0 or m["accept_rate"] > 0.3, m
     assert m["decode_tok_s_median"] > 0 and m["vanilla_decode_tok_s_median"] > 0
+    assert worker.load(model, PLACEMENT, mode="eagle", n_draft=3).mode == "eagle"
+    stats = [e for e in worker.stream([{"role": "user", "content": PROMPTS[0]}], GREEDY) if isinstance(e, p.Stats)]
+    assert stats and stats[-1].accel["accept_rate"] > 0.3, stats
     assert answers(worker, model, "eagle") == answers(worker, model, "vanilla")
     assert "eagle" in auto_candidates(worker, model).split(";")[0]
 
