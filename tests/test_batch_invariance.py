@@ -5,6 +5,7 @@ types of the reference models), written by the test and quantised by llama.cpp i
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,27 @@ def test_the_worker_repacks_only_where_the_kernels_are_batch_invariant(q4_k_mode
     assert not repack_is_exact(inspect_gguf(model_path))  # Q4_1: nothing to repack
 
 
+def _switch_keeps_every_logit(
+    llm: Llama, sizes: tuple[int, ...], switch: Callable[[bool], None], taken: Callable[[], int], what: str
+) -> None:
+    """Every logit of a batch of each size after a 40-token prefix, decoded with a native switch off
+    and then on, must be bit-identical; `taken` counts the switched path, proving it ran only when on."""
+    _decode(llm, list(range(100, 140)), 0, keep=True)
+    drafts = list(range(300, 300 + max(sizes)))
+    try:
+        for n in sizes:
+            switch(False)
+            before = taken()
+            off = _decode(llm, drafts[:n], 40, keep=False)
+            assert taken() == before, f"{what}: switched off, yet taken"
+            switch(True)
+            on = _decode(llm, drafts[:n], 40, keep=False)
+            assert taken() > before, f"{n} rows did not go through {what}"
+            assert np.array_equal(on, off), f"{n} rows: {what} changed a logit"
+    finally:
+        switch(True)
+
+
 @pytest.mark.parametrize("which", ["q4_k_m", "default-q4_1"])
 def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: str, q4_k_model: Path, model_path: Path) -> None:
     """Patch 0009: a verify batch takes each weight row against up to four activation rows at once;
@@ -142,19 +164,8 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
     with batch_invariant_weights(False):
         llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
-        _decode(llm, list(range(100, 140)), 0, keep=True)
-        drafts = list(range(300, 306))
-        for n in (2, 3, 4, 6):
-            set_multicol(False)
-            before = multicol_rows()
-            ggml = _decode(llm, drafts[:n], 40, keep=False)
-            assert multicol_rows() == before  # switched off: ggml's vec_dot did it all
-            set_multicol(True)
-            ours = _decode(llm, drafts[:n], 40, keep=False)
-            assert multicol_rows() > before  # and this batch did go through our kernels
-            assert np.array_equal(ours, ggml), f"{n} rows: the multi-column kernels round differently"
+        _switch_keeps_every_logit(llm, (2, 3, 4, 6), set_multicol, multicol_rows, "the multi-column kernels")
     finally:
-        set_multicol(True)
         llm.close()
 
 
@@ -171,19 +182,8 @@ def test_weight_rows_split_by_thread_leave_every_logit_as_it_was(which: str, q4_
         path = q4_k_model if repacked else model_path
         llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
-        _decode(llm, list(range(100, 140)), 0, keep=True)
-        drafts = list(range(300, 316))
-        for n in (1, 2, 4, 16):
-            set_split_by_thread(False)
-            before = split_by_thread_count()
-            chunked = _decode(llm, drafts[:n], 40, keep=False)
-            assert split_by_thread_count() == before  # switched off: upstream's chunks
-            set_split_by_thread(True)
-            split = _decode(llm, drafts[:n], 40, keep=False)
-            assert split_by_thread_count() > before  # this batch was split by thread
-            assert np.array_equal(split, chunked), f"{n} rows: splitting by thread changed a logit"
+        _switch_keeps_every_logit(llm, (1, 2, 4, 16), set_split_by_thread, split_by_thread_count, "the split by thread")
     finally:
-        set_split_by_thread(True)
         llm.close()
 
 
