@@ -149,8 +149,9 @@ def _switch_keeps_every_logit(
 
 @pytest.mark.parametrize("which", ["q4_k_m", "default-q4_1"])
 def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: str, q4_k_model: Path, model_path: Path) -> None:
-    """Patch 0009: a verify batch takes each weight row against up to four activation rows at once;
-    every row's logits must equal, bit for bit, ggml's own one-row vec_dot on the same batch
+    """Patch 0009: a verify batch takes each weight row against up to eight activation rows at once
+    (their block scales converted once per call); every row's logits must equal, bit for bit, ggml's
+    own one-row vec_dot on the same batch, also where a batch spans two groups of columns
     (Q4_K/Q6_K here, Q4_1/Q8_0 in the default model; Q5_0 is covered by kernel-bench)."""
     import platform
 
@@ -164,7 +165,7 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
     with batch_invariant_weights(False):
         llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
-        _switch_keeps_every_logit(llm, (2, 3, 4, 6), set_multicol, multicol_rows, "the multi-column kernels")
+        _switch_keeps_every_logit(llm, (2, 3, 4, 6, 8, 9, 12), set_multicol, multicol_rows, "the multi-column kernels")
     finally:
         llm.close()
 

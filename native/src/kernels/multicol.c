@@ -127,8 +127,9 @@ INLINE __m256 dot_i8(const __m256i x, const __m256i ax, const __m256i y) {
 #    endif
 }
 
-INLINE void q4_1_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+INLINE void q4_1_body(int n, float * s, const void * vx, const void * const * vy, const float * ys, const int nc) {
     const block_q4_1 * x = vx;
+    const int nb = n / QK8_1;
     const block_q8_1 * y[MAXC];
     __m256 acc[MAXC];
     float summs[MAXC];
@@ -137,13 +138,14 @@ INLINE void q4_1_body(int n, float * s, const void * vx, const void * const * vy
         acc[c] = _mm256_setzero_ps();
         summs[c] = 0;
     }
-    for (int ib = 0; ib < n / QK8_1; ++ib) {
+    for (int ib = 0; ib < nb; ++ib) {
         const float m = F16(x[ib].m);
         const __m256 d0 = _mm256_set1_ps(F16(x[ib].d));
         const __m256i qx = nibbles32(x[ib].qs);
         for (int c = 0; c < nc; ++c) {
-            summs[c] += m * F16(y[c][ib].s);
-            const __m256 d = _mm256_mul_ps(d0, _mm256_set1_ps(F16(y[c][ib].d)));
+            const float * yc = ys + 2 * (c * nb + ib);  // the column's block scale d and sum s
+            summs[c] += m * yc[1];
+            const __m256 d = _mm256_mul_ps(d0, _mm256_set1_ps(yc[0]));
             const __m256i qy = _mm256_loadu_si256((const __m256i *) y[c][ib].qs);
             acc[c] = _mm256_fmadd_ps(d, dot_us8(qx, qy), acc[c]);
         }
@@ -177,20 +179,21 @@ INLINE __m256i q5_0_quants(const void * vx, int ib) {
     return _mm256_or_si256(nibbles32(x->qs), hi);
 }
 
-INLINE void signed32_body(int n, float * s, const void * vx, const void * const * vy, const int nc, block_scale_fn scale,
-                          block_quants_fn quants) {
+INLINE void signed32_body(int n, float * s, const void * vx, const void * const * vy, const float * ys, const int nc,
+                          block_scale_fn scale, block_quants_fn quants) {
+    const int nb = n / QK8_0;
     const block_q8_0 * y[MAXC];
     __m256 acc[MAXC];
     for (int c = 0; c < nc; ++c) {
         y[c] = vy[c];
         acc[c] = _mm256_setzero_ps();
     }
-    for (int ib = 0; ib < n / QK8_0; ++ib) {
+    for (int ib = 0; ib < nb; ++ib) {
         const float dx = scale(vx, ib);
         const __m256i qx = quants(vx, ib);
         const __m256i ax = _mm256_sign_epi8(qx, qx);
         for (int c = 0; c < nc; ++c) {
-            const __m256 d = _mm256_set1_ps(dx * F16(y[c][ib].d));
+            const __m256 d = _mm256_set1_ps(dx * ys[2 * (c * nb + ib)]);
             const __m256i qy = _mm256_loadu_si256((const __m256i *) y[c][ib].qs);
             acc[c] = _mm256_fmadd_ps(d, dot_i8(qx, ax, qy), acc[c]);
         }
@@ -200,15 +203,16 @@ INLINE void signed32_body(int n, float * s, const void * vx, const void * const 
     }
 }
 
-INLINE void q8_0_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
-    signed32_body(n, s, vx, vy, nc, q8_0_scale, q8_0_quants);
+INLINE void q8_0_body(int n, float * s, const void * vx, const void * const * vy, const float * ys, const int nc) {
+    signed32_body(n, s, vx, vy, ys, nc, q8_0_scale, q8_0_quants);
 }
 
-INLINE void q5_0_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
-    signed32_body(n, s, vx, vy, nc, q5_0_scale, q5_0_quants);
+INLINE void q5_0_body(int n, float * s, const void * vx, const void * const * vy, const float * ys, const int nc) {
+    signed32_body(n, s, vx, vy, ys, nc, q5_0_scale, q5_0_quants);
 }
 
-INLINE void q4_K_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+INLINE void q4_K_body(int n, float * s, const void * vx, const void * const * vy, const float * ys, const int nc) {
+    (void) ys;  // block_q8_K's scale is a float already
     const block_q4_K * x = vx;
     const block_q8_K * y[MAXC];
     __m256 acc[MAXC];
@@ -271,7 +275,8 @@ INLINE void q4_K_body(int n, float * s, const void * vx, const void * const * vy
     }
 }
 
-INLINE void q6_K_body(int n, float * s, const void * vx, const void * const * vy, const int nc) {
+INLINE void q6_K_body(int n, float * s, const void * vx, const void * const * vy, const float * ys, const int nc) {
+    (void) ys;
     const block_q6_K * x = vx;
     const block_q8_K * y[MAXC];
     __m256 acc[MAXC];
@@ -337,12 +342,16 @@ INLINE void q6_K_body(int n, float * s, const void * vx, const void * const * vy
 
 // One entry point per type; the column count becomes a constant so each body unrolls fully.
 #    define SPECEE_MULTI(T)                                                                          \
-        static void multi_##T(int n, float * s, const void * vx, const void * const * vy, int nc) { \
+        static void multi_##T(int n, float * s, const void * vx, const void * const * vy, const float * ys, int nc) { \
             switch (nc) {                                                                           \
-                case 1: T##_body(n, s, vx, vy, 1); break;                                           \
-                case 2: T##_body(n, s, vx, vy, 2); break;                                           \
-                case 3: T##_body(n, s, vx, vy, 3); break;                                           \
-                default: T##_body(n, s, vx, vy, 4); break;                                          \
+                case 1: T##_body(n, s, vx, vy, ys, 1); break;                                       \
+                case 2: T##_body(n, s, vx, vy, ys, 2); break;                                       \
+                case 3: T##_body(n, s, vx, vy, ys, 3); break;                                       \
+                case 4: T##_body(n, s, vx, vy, ys, 4); break;                                       \
+                case 5: T##_body(n, s, vx, vy, ys, 5); break;                                       \
+                case 6: T##_body(n, s, vx, vy, ys, 6); break;                                       \
+                case 7: T##_body(n, s, vx, vy, ys, 7); break;                                       \
+                default: T##_body(n, s, vx, vy, ys, 8); break;                                      \
             }                                                                                       \
         }
 SPECEE_MULTI(q4_1)
@@ -350,6 +359,42 @@ SPECEE_MULTI(q8_0)
 SPECEE_MULTI(q5_0)
 SPECEE_MULTI(q4_K)
 SPECEE_MULTI(q6_K)
+
+// The activation rows' block scales (d and, for Q8_1, the block sum s) as floats, per thread: the
+// conversion from fp16 is exact, so the kernels read the very values ggml's vec_dot converts.
+static _Thread_local float * tl_scales = NULL;
+static _Thread_local size_t tl_capacity = 0;
+
+const float * specee_multicol_scales(enum ggml_type type, int n, const void * first, size_t stride, int ncols) {
+    const bool q8_1 = type == GGML_TYPE_Q4_1;
+    if (!q8_1 && type != GGML_TYPE_Q8_0 && type != GGML_TYPE_Q5_0) {
+        return NULL;  // the K-quants' activation blocks carry a float scale already
+    }
+    const int nb = n / QK8_0;
+    const size_t need = (size_t) ncols * specee_multicol_scales_per_row(n);
+    if (need > tl_capacity) {
+        float * grown = realloc(tl_scales, need * sizeof(float));
+        GGML_ASSERT(grown != NULL);
+        tl_scales = grown;
+        tl_capacity = need;
+    }
+    for (int c = 0; c < ncols; ++c) {
+        const char * row = (const char *) first + (size_t) c * stride;
+        float * out = tl_scales + (size_t) c * specee_multicol_scales_per_row(n);
+        for (int ib = 0; ib < nb; ++ib) {
+            if (q8_1) {
+                const block_q8_1 * y = (const block_q8_1 *) row + ib;
+                out[2 * ib] = F16(y->d);
+                out[2 * ib + 1] = F16(y->s);
+            } else {
+                const block_q8_0 * y = (const block_q8_0 *) row + ib;
+                out[2 * ib] = F16(y->d);
+                out[2 * ib + 1] = 0.0f;
+            }
+        }
+    }
+    return tl_scales;
+}
 
 specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type) {
     if (!enabled()) {
@@ -366,6 +411,15 @@ specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type) {
 }
 
 #else
+
+const float * specee_multicol_scales(enum ggml_type type, int n, const void * first, size_t stride, int ncols) {
+    (void) type;
+    (void) n;
+    (void) first;
+    (void) stride;
+    (void) ncols;
+    return NULL;
+}
 
 specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type) {
     (void) type;

@@ -17,11 +17,23 @@
 extern "C" {
 #endif
 
-#define SPECEE_MULTICOL_MAX 4
+#define SPECEE_MULTICOL_MAX 8
 
 // s[c] = dot(weight row vx, activation column vy[c]) for c < nc (1 <= nc <= SPECEE_MULTICOL_MAX);
-// n: the row length in elements; vy[c] in the type's vec_dot_type (ggml's type traits).
-typedef void (*specee_vec_dot_multi_t)(int n, float * s, const void * vx, const void * const * vy, int nc);
+// n: the row length in elements; vy[c] in the type's vec_dot_type (ggml's type traits); ys: the
+// columns' block scales from specee_multicol_scales (column c's at ys + c * per_row), or NULL for
+// the K-quants, whose activation blocks carry a float scale.
+typedef void (*specee_vec_dot_multi_t)(int n, float * s, const void * vx, const void * const * vy, const float * ys,
+                                       int nc);
+
+// Every block scale of ncols activation rows (the first at `first`, `stride` bytes apart) as floats,
+// converted once per mul_mat instead of once per weight row: for Q4_1, Q8_0 and Q5_0 weights (their
+// activations are Q8_1 / Q8_0 blocks with fp16 scales); NULL for other types. The buffer is the
+// calling thread's and stays valid until its next call.
+const float * specee_multicol_scales(enum ggml_type type, int n, const void * first, size_t stride, int ncols);
+static inline size_t specee_multicol_scales_per_row(int n) {
+    return 2 * (size_t) (n / 32);
+}
 
 // The kernel for weights of this type, or NULL (ggml's vec_dot is used): x86 with AVX2/FMA/F16C
 // for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K. SPECEE_MULTICOL=0 in the environment turns them off.
