@@ -37,11 +37,11 @@ public:
     double ms(int32_t rows) const { return rows >= 1 && rows <= MAX_ROWS && n_[rows] > 0 ? ms_[rows] : 0.0; }
 
     static double prior(int32_t n) {
-        static const double at[] = {0.0, 1.0, 1.48, 1.72, 1.95, 2.37, 2.8, 3.2, 3.64};
+        static const double at[] = {0.0, 1.0, 1.14, 1.38, 1.61, 1.87, 2.13, 2.4, 2.67};
         if (n <= 8) {
             return at[std::max(n, 1)];
         }
-        return 3.64 + (n - 8) * (6.55 - 3.64) / 8.0;
+        return 2.67 + (n - 8) * (5.0 - 2.67) / 8.0;
     }
 
 private:

@@ -67,7 +67,7 @@ int64_t specee_multicol_rows(void) {
 bool specee_multicol_available(void) {
     const int was = g_enabled;
     g_enabled = 1;
-    const bool any = specee_vec_dot_multi(GGML_TYPE_Q8_0) != NULL;
+    const bool any = specee_vec_dot_multi(GGML_TYPE_Q8_0, 2) != NULL;
     g_enabled = was;
     return any;
 }
@@ -396,9 +396,13 @@ const float * specee_multicol_scales(enum ggml_type type, int n, const void * fi
     return tl_scales;
 }
 
-specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type) {
-    if (!enabled()) {
+specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type, int64_t ncols) {
+    if (!enabled() || ncols < 1) {
         return NULL;
+    }
+    if (ncols == 1 && type != GGML_TYPE_Q4_1 && type != GGML_TYPE_Q8_0 &&
+        type != GGML_TYPE_Q5_0) {
+        return NULL;  // a K-quant's one-row product has nothing to share: ggml's own vec_dot
     }
     switch (type) {
         case GGML_TYPE_Q4_1: return multi_q4_1;
@@ -421,8 +425,9 @@ const float * specee_multicol_scales(enum ggml_type type, int n, const void * fi
     return NULL;
 }
 
-specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type) {
+specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type, int64_t ncols) {
     (void) type;
+    (void) ncols;
     (void) enabled;
     return NULL;
 }

@@ -35,9 +35,11 @@ static inline size_t specee_multicol_scales_per_row(int n) {
     return 2 * (size_t) (n / 32);
 }
 
-// The kernel for weights of this type, or NULL (ggml's vec_dot is used): x86 with AVX2/FMA/F16C
-// for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K. SPECEE_MULTICOL=0 in the environment turns them off.
-specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type);
+// The kernel for weights of this type times ncols activation rows, or NULL (ggml's vec_dot is
+// used): x86 with AVX2/FMA/F16C for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K from two rows on; Q4_1, Q5_0
+// and Q8_0 for one row too, where converting the row's scales once is what saves time (a one-row
+// decode of the default model: see multicol.c). SPECEE_MULTICOL=0 in the environment turns them off.
+specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type, int64_t ncols);
 
 // Exported from ggml-cpu for measurements (`specee bench --cost-curve` compares both in one run):
 // turn the kernels on or off for the following mul_mats; whether this build has any.
