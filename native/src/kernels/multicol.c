@@ -400,8 +400,7 @@ specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type, int64_t ncols) 
     if (!enabled() || ncols < 1) {
         return NULL;
     }
-    if (ncols == 1 && type != GGML_TYPE_Q4_1 && type != GGML_TYPE_Q8_0 &&
-        type != GGML_TYPE_Q5_0) {
+    if (ncols == 1 && type != GGML_TYPE_Q4_1 && type != GGML_TYPE_Q8_0 && type != GGML_TYPE_Q5_0) {
         return NULL;  // a K-quant's one-row product has nothing to share: ggml's own vec_dot
     }
     switch (type) {

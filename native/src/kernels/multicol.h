@@ -2,7 +2,8 @@
 //
 // A speculative verification decodes a handful of tokens at once; ggml's vec_dot path then unpacks
 // every quantised weight block once per token. These kernels unpack a weight row's block once and
-// take its dot product with up to SPECEE_MULTICOL_MAX activation columns. Each column's arithmetic
+// take its dot product with up to SPECEE_MULTICOL_MAX activation columns, whose fp16 block scales
+// they read converted once per product (specee_multicol_scales), which pays for one row too. Each column's arithmetic
 // is the same instruction sequence as ggml's one-column vec_dot for that type on this CPU, so a
 // row's result does not depend on how many columns were computed with it (verification stays
 // bit-identical to one-token decodes) nor on whether this kernel or ggml's computed it.
