@@ -27,7 +27,7 @@ class CostCurve:
 
 # name -> (weights repacked, multi-column kernels, weight rows split by thread): ggml's vec_dot one
 # row at a time in upstream's small chunks taken in turns (upstream, batch-invariant); the same with
-# our multi-column kernels computing up to four rows per weight row (patch 0009, same arithmetic);
+# our multi-column kernels computing up to eight rows per weight row (patch 0009, same arithmetic);
 # those with each thread streaming one run of weight rows (patch 0019, what the worker runs); and
 # ggml's repacked layout (Q4_K batch-invariant by patch 0008; other types multi-column)
 KERNELS = {
