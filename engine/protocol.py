@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 # would ignore them); 6: Load.n_parallel and Loaded.n_parallel (an older worker would answer one request at a
 # time while the server sends several), Generate.grammar_lazy, grammar_trigger_patterns/tokens, grammar_prefill
 # and preserved_tokens (tool calls: an older worker would apply a lazy grammar from the first token)
-PROTOCOL_VERSION = 6
+# 7: PromptProgress (an older client would fail to read it), the prompt's reading interrupted by Cancel
+PROTOCOL_VERSION = 7
 TOP_LOGPROBS_MAX = 20  # Generate.top_logprobs: the most alternatives reported per token (OpenAI's limit)
 # conversations' saved KV caches on disk (engine.kept_caches): the default budget and the most accepted
 KV_DISK_BUDGET_DEFAULT = 4 * 1024**3
@@ -528,6 +529,20 @@ class Notice(Message):
     request_id: str = ""
     kind: str = ""
     message: str = ""
+
+
+@dataclass
+class PromptProgress(Message):
+    """A Generate's prompt being read (prefilled), sent before its first token: once when reading
+    starts and after every batch of it (n_batch tokens, a few seconds on a laptop for a long prompt).
+    n_cached of n_prompt were reused from a kept cache and never read; n_done counts them too."""
+
+    TYPE: ClassVar[str] = "prompt_progress"
+    request_id: str = ""
+    n_prompt: int = 0
+    n_cached: int = 0
+    n_done: int = 0
+    t_ms: float = 0.0  # since the generate command arrived
 
 
 @dataclass

@@ -218,7 +218,7 @@ def test_a_load_outside_the_limits_is_refused_with_a_reason(change: dict, words:
 
 
 def test_a_load_or_ready_of_another_protocol_version_is_refused_before_anything_else() -> None:
-    assert p.PROTOCOL_VERSION == 6 and p.Load().protocol_version == 6
+    assert p.PROTOCOL_VERSION == 7 and p.Load().protocol_version == 7
     old_load = json.loads(p.encode(p.Load("/m.gguf", mode="vanilla")))
     del old_load["protocol_version"]  # version 1 sent none
     old_load["mode"] = "whatever-v1-had"
