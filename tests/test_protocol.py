@@ -224,7 +224,7 @@ def test_a_load_or_ready_of_another_protocol_version_is_refused_before_anything_
     old_load["mode"] = "whatever-v1-had"
     with pytest.raises(p.VersionMismatch) as err:
         p.decode(json.dumps(old_load))
-    assert "the app speaks protocol version 1" in str(err.value) and "speaks 6" in str(err.value)
+    assert "the app speaks protocol version 1" in str(err.value) and "speaks 7" in str(err.value)
     with pytest.raises(p.VersionMismatch, match="the engine speaks protocol version 5"):
         p.decode(p.encode(p.Ready(pid=1, protocol_version=5)))  # the version before Load.n_parallel
 
