@@ -350,7 +350,7 @@ class ChatPanel(QWidget):
         if isinstance(msg, p.Loaded) and changed == "loaded":
             self.n_ctx = msg.n_ctx  # 0 from a remote engine: no count
             self._recount()
-        if changed == "token" and not self._render_timer.isActive():
+        if changed in ("token", "progress") and not self._render_timer.isActive():
             self._render_timer.start()
         elif changed == "notice":
             self.render()

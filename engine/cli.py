@@ -82,12 +82,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if gen is None:
                 return
             client.send(gen)
-            stats, shown = p.Stats(), len(chat.notices)
+            stats, shown, reading = p.Stats(), len(chat.notices), False
             try:
                 try:
                     for ev in client.events_of(gen.request_id):
                         kind = chat.on_event(ev)
-                        if kind == "token":
+                        if kind == "progress":
+                            done, total = chat.messages[-1]["reading"]
+                            print(f"\r[reading the prompt: {done:,} of {total:,} tokens]", end="", file=sys.stderr, flush=True)
+                            reading = True
+                        elif kind == "token":
+                            if reading:  # the progress line goes: the answer starts on a clean line
+                                print("\r\033[K", end="", file=sys.stderr, flush=True)
+                                reading = False
                             print(ev.text, end="", flush=True)  # type: ignore[union-attr]
                         elif kind == "stats":
                             stats = ev  # type: ignore[assignment]

@@ -73,6 +73,9 @@ def message_footer(m: dict) -> list[str]:
         lines.append(f"{speed} · {how}" if how else speed)
     elif how:
         lines.append(how)
+    if m.get("reading"):  # a long prompt being read, before the answer's first token
+        done, total = m["reading"]
+        lines.append(f"Reading the prompt: {done:,} of {total:,} tokens")
     if m.get("interrupted"):
         lines.append("[interrupted: Continue or Regenerate]")
     elif m.get("finish") == "cancelled":

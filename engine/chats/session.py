@@ -361,14 +361,18 @@ class ChatSession:
     # -- the worker's events ------------------------------------------------------------------------
 
     def on_event(self, msg: p.Message) -> str:
-        """Apply one event; returns what changed: token, stats, done, error, notice, loaded, count or ''."""
+        """Apply one event; returns what changed: token, progress, stats, done, error, notice, loaded, count or ''."""
         if isinstance(msg, p.TokenCount):
             if msg.request_id != self.count_id or not self.count_id:
                 return ""
             self.count = msg
             return "count"
         mine = getattr(msg, "request_id", "") == self.request_id and self.streaming
+        if isinstance(msg, p.PromptProgress) and mine and self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages[-1]["reading"] = (msg.n_done, msg.n_prompt)  # the answer's footer says how far
+            return "progress"
         if isinstance(msg, p.Token) and mine:
+            self.messages[-1].pop("reading", None)
             self.answer += msg.text
             self.messages[-1]["content"] = self.answer
             self._store.update_message(self.answer_msg_id, self.answer, complete=False)
@@ -383,6 +387,7 @@ class ChatSession:
             return "stats"
         if isinstance(msg, p.Done) and mine:
             last = self.messages[-1]
+            last.pop("reading", None)
             stats, engine, finish = last["stats"], last.get("engine", self.engine), str(msg.finish_reason)
             self._store.update_message(self.answer_msg_id, self.answer, complete=True, stats=stats, engine=engine, finish=finish)
             last["finish"], last["interrupted"] = finish, False  # a stopped or cut answer can be continued, now and later
@@ -416,6 +421,8 @@ class ChatSession:
         if self.streaming:
             self.request_id = ""
             last = self.messages[-1] if self.messages else None
+            if last is not None:
+                last.pop("reading", None)
             if last is not None and last["role"] == "assistant" and last["content"]:
                 last["interrupted"] = True
                 self._store.update_message(last["id"], last["content"], complete=False)

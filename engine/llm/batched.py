@@ -68,6 +68,7 @@ class BatchedVanilla:
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._steps = 0
         self._interrupt = ctypes.c_bool(False)  # raised by another thread: a request came (interrupt())
+        self._stop = ctypes.c_bool(False)  # ... or a prompt being read was cancelled (stop_reading())
         self.n_interrupted = 0  # steps that gave way to one
 
     def interrupt(self) -> None:
@@ -75,9 +76,16 @@ class BatchedVanilla:
         stops between graph nodes and returns no tokens; the caller starts the request and steps on."""
         self._interrupt.value = True
 
+    def stop_reading(self) -> None:
+        """From any thread: an answer whose prompt is being read was cancelled. A step that reads
+        prompt rows stops too (a batch of them takes seconds); the rows are read again next step
+        for the prompts that go on."""
+        self._stop.value = True
+
     def rearm(self) -> None:
-        """Before the caller looks for new requests: an interrupt() after this stops the next step."""
+        """Before the caller looks for new requests: an interrupt() or stop_reading() after this stops the next step."""
         self._interrupt.value = False
+        self._stop.value = False
 
     @property
     def busy(self) -> bool:
@@ -159,7 +167,9 @@ class BatchedVanilla:
         b.n_tokens = n
         for slot in pads:
             llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, max(len(slot.kv) - 1, 0), -1)
-        rc = self._decode(b, interruptible=bool(decoding) and not fed)  # stopping it loses no prefill
+        # a step that only decodes answers gives way to a new request (stopping it loses no prefill);
+        # one that reads prompts only to a cancelled prompt
+        rc = self._decode(b, self._interrupt if decoding and not fed else self._stop)
         for slot in pads:
             if not slot.kv:
                 llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
@@ -174,7 +184,7 @@ class BatchedVanilla:
                 llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, len(slot.kv), -1)
             for slot, _ in fed:
                 llama_cpp.llama_memory_seq_rm(self._mem, slot.seq, slot.n_fed, -1)
-            if rc == 2:  # interrupted: a request came
+            if rc == 2:  # interrupted: a request came, or a prompt read was cancelled
                 self.n_interrupted += 1
                 return []
             raise RuntimeError("llama.cpp could not decode the batch")
@@ -192,12 +202,10 @@ class BatchedVanilla:
             out.append((slot, tok, len(slot.kv) + 1 >= self.n_ctx_seq))
         return out
 
-    def _decode(self, batch: llama_cpp.llama_batch, interruptible: bool) -> int:
-        """llama_decode's result: 0, 2 when interrupt() stopped it, else a failure."""
-        if not interruptible:
-            return llama_cpp.llama_decode(self._ctx, batch)
+    def _decode(self, batch: llama_cpp.llama_batch, flag: ctypes.c_bool) -> int:
+        """llama_decode's result: 0, 2 when the flag (interrupt(), stop_reading()) stopped it, else a failure."""
         set_abort, requested = native.interrupt_hooks()
-        set_abort(self._ctx, requested, ctypes.addressof(self._interrupt))
+        set_abort(self._ctx, requested, ctypes.addressof(flag))
         try:
             return llama_cpp.llama_decode(self._ctx, batch)
         finally:  # only this step may stop: the one-at-a-time decoders share the context

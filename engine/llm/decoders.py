@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,10 +31,22 @@ COPY_ALIKE = ("one", "agree", "disagree")
 COPY_BUCKETS = tuple(f"{length} {alike}" for alike in COPY_ALIKE for length in COPY_MATCH_BUCKETS)
 
 
+# Decoder.stream's progress: called with the prompt tokens in the cache so far while a long prompt
+# is read (after each batch of it), before the first token
+Progress = Callable[[int], None]
+
+
+class PromptInterrupted(RuntimeError):
+    """The prompt's reading was stopped (a Cancel raised the context's abort flag mid-batch); the
+    cache keeps the batches read before it (kv_tokens says which)."""
+
+
 class Decoder(Protocol):
     def cached_prefix(self, tokens: list[int]) -> int: ...
     # step_us: how long native code may go on before it hands its tokens over (0: one step a call)
-    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0) -> Iterator[int]: ...
+    def stream(
+        self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None
+    ) -> Iterator[int]: ...
     def kv_used(self) -> int: ...
     def accel_stats(self) -> dict[str, float]: ...
     def forget(self) -> None: ...  # drop the KV prefix bookkeeping (another decoder used the context)
@@ -173,25 +185,40 @@ class VanillaDecoder:
             b.n_seq_id[i] = 1
             b.logits[i] = False
         b.logits[n - 1] = True
-        if llama_cpp.llama_decode(self._ctx, b) != 0:
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc == 2:  # the abort flag: llama.cpp dropped this chunk's rows
+            raise PromptInterrupted("the prompt's reading was stopped")
+        if rc != 0:
             raise RuntimeError("llama.cpp could not decode the prompt")
 
-    def stream(self, tokens: list[int], s: p.Sampling, grammar: str | Grammar = "", *, step_us: int = 0) -> Iterator[int]:
+    def stream(
+        self, tokens: list[int], s: p.Sampling, grammar: str | Grammar = "", *, step_us: int = 0, progress: Progress | None = None
+    ) -> Iterator[int]:
         """The answer's tokens as they are picked, at most s.max_tokens (0: until the context is full).
         step_us: how long native code may go on picking and decoding before it hands its tokens over
         (the first token always comes at once). 0: one token at a time, each decoded only when the
         next is asked for, so last_margin and logprobs read the logits the token came from; more
         saves the per-token calls, and a consumer that stops early leaves up to that much decoded
-        past its last token in the cache (kv_tokens says so)."""
+        past its last token in the cache (kv_tokens says so). progress: see Progress."""
         if not tokens or len(tokens) >= self._n_ctx:
             raise ValueError("the prompt is empty or does not fit in the context")
         smpl = make_sampler(self.llm, s, grammar)
         start = self.cached_prefix(tokens)
-        self._kv = []  # unknown until the prefill succeeds
+        self._kv = tokens[:start]
         # sequence 0: the only one, unless engine/llm/batched.py keeps others beside it
         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx), 0, start, -1)
         for c0 in range(start, len(tokens), self._n_batch):
-            self._decode_chunk(tokens[c0 : c0 + self._n_batch], c0)
+            end = min(c0 + self._n_batch, len(tokens))
+            try:
+                self._decode_chunk(tokens[c0:end], c0)
+            except PromptInterrupted:
+                raise  # the chunks before it stay cached: the same prompt again goes on from there
+            except RuntimeError:
+                self._kv = []  # where the cache ends is unknown
+                raise
+            self._kv = tokens[:end]
+            if progress is not None and end < len(tokens):
+                progress(end)
         kv = list(tokens)
         self._kv = kv
         # greedy alone: specee_greedy's arg max (the same token) rather than the chain
@@ -385,16 +412,17 @@ class DrafterDecoder(_NativeLoop):
                 llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)
         self._kv = list(tokens)
 
-    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0) -> Iterator[int]:
+    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None) -> Iterator[int]:
         """step_us: how long native code may go on stepping before it hands its tokens over (0: one
-        step a call); a consumer that stops early leaves the steps past its last token in the cache."""
+        step a call); a consumer that stops early leaves the steps past its last token in the cache.
+        progress: see Progress."""
         smpl = make_sampler(self.llm, s)
         sampler = None if greedy_alone(s) else smpl.sampler  # greedy alone: specee_greedy's arg max
-        n_keep = self.cached_prefix(tokens)
         self.lib.specee_drafter_reset_stats(self._handle)
         self._stats = native.DrafterStats()
         arr = (ctypes.c_int32 * len(tokens))(*tokens)
-        self._kv = []
+        n_keep = _read_in_parts(self, tokens, arr, self.lib.specee_drafter_prefill, self._handle, progress, self._error)
+        self._kv = tokens[: max(n_keep - 1, 0)]  # until the prefill succeeds (a stopped one keeps this)
         first = self.lib.specee_drafter_prefill(self._handle, arr, len(tokens), n_keep, sampler)
         if first < 0:
             raise self._error()
@@ -510,6 +538,9 @@ class SpecEEDecoder(_NativeLoop):
         self._ee_stats = native.EeStats()
         self._tok = (ctypes.c_int32 * 1)()
 
+    def _error(self) -> RuntimeError:
+        return RuntimeError(self.lib.specee_last_error().decode())
+
     def _configure(self, s: p.Sampling) -> None:
         seed = s.seed if s.seed >= 0 else random.getrandbits(32)
         exits = self.exits and not exits_would_ignore(s)
@@ -521,9 +552,9 @@ class SpecEEDecoder(_NativeLoop):
         stop = sorted(stop | {int(token) for token, bias in s.logit_bias.items() if bias < 0})
         self.lib.specee_ee_set_stop_tokens(self._ee, (ctypes.c_int32 * max(len(stop), 1))(*stop), len(stop))
 
-    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0) -> Iterator[int]:
+    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None) -> Iterator[int]:
         # one native step (one token) a call whatever step_us asks: specee_ee_step has no multi-step form yet
-        yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False))
+        yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False, progress=progress))
 
     def record(self, tokens: list[int], s: p.Sampling) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """Full-depth greedy steps with every layer's candidate logits plus the head's log-probs of
@@ -533,17 +564,19 @@ class SpecEEDecoder(_NativeLoop):
             if rec is not None:
                 yield tok, rec, cands
 
-    def _run(self, tokens: list[int], s: p.Sampling, record: bool) -> Iterator[tuple[int, np.ndarray | None, np.ndarray]]:
+    def _run(
+        self, tokens: list[int], s: p.Sampling, record: bool, progress: Progress | None = None
+    ) -> Iterator[tuple[int, np.ndarray | None, np.ndarray]]:
         smpl = make_sampler(self.llm, s)
         self._configure(s)
-        n_keep = self.cached_prefix(tokens)
         self.lib.specee_ee_reset_stats(self._ee)
         self._ee_stats = native.EeStats()
         arr = (ctypes.c_int32 * len(tokens))(*tokens)
-        self._kv = []
+        n_keep = _read_in_parts(self, tokens, arr, self.lib.specee_ee_prefill, self._ee, progress, self._error)
+        self._kv = tokens[: max(n_keep - 1, 0)]  # until the prefill succeeds (a stopped one keeps this)
         first = self.lib.specee_ee_prefill(self._ee, arr, len(tokens), n_keep, smpl.sampler)
         if first < 0:
-            raise RuntimeError(self.lib.specee_last_error().decode())
+            raise self._error()
         self._kv = list(tokens)
         cands = np.zeros(self.n_cand, dtype=np.int32)
         # per layer the candidates' logits, then the head's log-probabilities of them, then the
@@ -593,6 +626,28 @@ class SpecEEDecoder(_NativeLoop):
             self.lib.specee_ee_free(self._ee)
             self._ee = None
         self._free_draft_model()
+
+
+def _read_in_parts(
+    dec: _NativeLoop, tokens: list[int], arr: Any, prefill: Any, handle: Any,
+    progress: Progress | None, error: Callable[[], RuntimeError],
+) -> int:  # fmt: skip
+    """For a native prefill (one call for the whole prompt): where a progress callback is given,
+    the prompt but its last batch is read a batch a call (each call's greedy pick unused), so that
+    progress is told after each batch and a stopped reading keeps the batches read before it. The
+    rows are those a whole prefill gives (the CPU kernels are batch-invariant: each call re-decodes
+    its first token alone). Returns the prefix cached now, for the final call."""
+    n_keep = dec.cached_prefix(tokens)
+    n_batch = dec.llm.n_batch
+    if progress is None or len(tokens) - n_keep <= n_batch:
+        return n_keep
+    for end in range(n_keep + n_batch, len(tokens), n_batch):
+        dec._kv = tokens[: max(n_keep - 1, 0)]  # what a failed call leaves: it re-decodes from n_keep - 1
+        if prefill(handle, arr, end, n_keep, None) < 0:
+            raise error()
+        dec._kv, n_keep = tokens[:end], end
+        progress(end)
+    return n_keep
 
 
 def exits_would_ignore(s: p.Sampling) -> bool:

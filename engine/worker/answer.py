@@ -35,7 +35,9 @@ class AnswerStream:
         emit_every_s: float,
         stats_every_s: float,
         n_threads: int,
+        long_prompt: int = 0,
     ) -> None:
+        """long_prompt: prompts with more than this many tokens to read get PromptProgress (read())."""
         self.req, self.n_prompt, self.n_cached = req, n_prompt, n_cached
         self._source, self._emit, self.t0 = source, emit, t0
         self._emit_every_s, self._stats_every_s, self._n_threads = emit_every_s, stats_every_s, n_threads
@@ -50,6 +52,8 @@ class AnswerStream:
         self.n_sampled = 0  # the end-of-generation token included: its decode step counts (EngineSession.generate)
         self.finish: p.FinishReason | None = None  # set once the answer ended
         self.n_ctx_used = n_prompt
+        self._long_prompt, self._n_read = long_prompt or n_prompt, -1
+        self.read(n_cached)
 
     @property
     def request_id(self) -> str:
@@ -87,6 +91,14 @@ class AnswerStream:
         elif context_full:
             self.finish = p.FinishReason.CONTEXT_FULL
         return self.finish is not None
+
+    def read(self, n_done: int) -> None:
+        """The prompt's reading went on (n_done of its tokens in the cache): a PromptProgress where
+        it is long (more than `long_prompt` to read), once per change."""
+        if self.n_prompt - self.n_cached > self._long_prompt and n_done != self._n_read:
+            self._n_read = n_done
+            t_ms = (time.perf_counter() - self.t0) * 1000
+            self._emit(p.PromptProgress(self.request_id, self.n_prompt, self.n_cached, n_done, t_ms))
 
     def cancel(self) -> None:
         self.finish = p.FinishReason.CANCELLED

@@ -35,6 +35,14 @@ class ConcurrentAnswers:
         ):  # fmt: skip
             batch.interrupt()
 
+    def stop_reading(self, request_id: str) -> None:
+        """From the command reader: a Cancel for an answer whose prompt is still being read stops
+        the step under way (BatchedVanilla.stop_reading) instead of waiting out its batch."""
+        batch = self._session.batch
+        reading = [a for s, a in list(self._answers.items()) if s.n_fed < len(s.prompt)]
+        if batch is not None and any(not request_id or a.request_id == request_id for a in reading):
+            batch.stop_reading()
+
     def rearm(self) -> None:
         """Before new requests are looked for: only a request that comes after this stops the next step."""
         if self._session.batch is not None:
@@ -50,10 +58,14 @@ class ConcurrentAnswers:
         ended = [self._end(slot) for slot, answer in list(self._answers.items()) if cancelled(answer.request_id)]
         if not self._answers:
             return ended
+        reading = [(s, a) for s, a in self._answers.items() if s.n_fed < len(s.prompt)]
         try:
             sampled = self._session.batch_step()
         except RuntimeError as exc:
             return ended + self.fail(str(exc))
+        for slot, answer in reading:
+            if slot.n_fed < len(slot.prompt):
+                answer.read(slot.n_fed)
         for slot, tok, full in sampled:
             if self._answers[slot].add(tok, full):
                 ended.append(self._end(slot))

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import IO
 
 from engine import protocol as p
+from engine.worker.stop_flag import StopFlag
 
 # OpenMP's own wait policy, as llama-server runs with: ggml's barrier between two operations is an
 # OpenMP barrier, so a short spin (GOMP_SPINCOUNT=10000, set here before) put a thread to sleep
@@ -72,7 +73,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     channel = Channel(_private_stdout())
     commands: queue.Queue[p.Message] = queue.Queue()
-    cancel = threading.Event()
+    cancel = StopFlag()  # the one-at-a-time request's Stop, read mid-prefill by llama.cpp too
     current: dict[str, str] = {"request_id": ""}
     # requests cancelled by id: answers of the batched path, or one still waiting for its turn
     cancelled_ids: set[str] = set()
@@ -96,6 +97,8 @@ def main() -> int:
                     cancel.set()
                 if msg.request_id:
                     cancelled_ids.add(msg.request_id)
+                if (together_now := batched[0]) is not None:
+                    together_now.stop_reading(msg.request_id)  # a prompt being read stops mid-batch
                 continue
             if isinstance(msg, p.Shutdown):
                 stopping.set()

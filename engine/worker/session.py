@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import itertools
 import random
 import threading
 import time
@@ -20,7 +21,16 @@ from engine.hardware import physical_cores
 from engine.kept_caches import kv_states_root
 from engine.llm.batched import BatchedVanilla, Slot
 from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.llm.decoders import Decoder, DrafterDecoder, Grammar, SpecEEDecoder, VanillaDecoder, greedy_alone, make_sampler
+from engine.llm.decoders import (
+    Decoder,
+    DrafterDecoder,
+    Grammar,
+    Progress,
+    SpecEEDecoder,
+    VanillaDecoder,
+    greedy_alone,
+    make_sampler,
+)
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
 from engine.llm.load import batch_invariant_weights, capture_head_layers, flash_attention, parallel_sequences
 from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
@@ -29,12 +39,13 @@ from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import GGUFInfo, ModelFileError, inspect_gguf
 from engine.models.registry import ModelRegistry
 from engine.models.weights_check import check_weights
-from engine.native import build_info, exit_archs
+from engine.native import build_info, exit_archs, interrupt_hooks
 from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
 from engine.sequences import common_prefix
 from engine.worker import auto
 from engine.worker.answer import AnswerStream, split_stop
+from engine.worker.stop_flag import StopFlag
 from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
 
 Emit = Callable[[p.Message], None]
@@ -298,8 +309,9 @@ class EngineSession:
         if self._threads_now != self.n_threads:
             self._set_threads(self.n_threads)  # measured with every thread (a busy machine's units don't count)
         was_postponed = cal.postponed
+        self._keep_live_cache()  # the measurement uses the target's KV cache: the conversation's is kept
         cal.step(interrupted)
-        self.decoder.forget()  # the measurement used the target's KV cache
+        self.decoder.forget()
         if cal.postponed and not was_postponed:  # say so once, not at every retry
             busy = f"other programs kept {cal.busy_cores:.1f} cores busy while it measured"
             if self._keep_mode:
@@ -467,6 +479,15 @@ class EngineSession:
         if key is not None and n >= live + MIN_GAIN_TOKENS:
             self.decoder.adopt(self._kv_states.restore(key) or [], self._kv_states.restored_aux)
 
+    def _keep_live_cache(self) -> None:
+        """Before another user of the target's context (auto's measurement) drops the live cache:
+        the conversation in it is kept (KvStates), so its next turn restores it, whatever mode
+        then runs, instead of reading the whole conversation again."""
+        if self._keep_kv and self.decoder.restorable and self.placement.n_gpu_layers == 0:
+            leaving = self.decoder.kv_tokens()
+            if len(leaving) >= MIN_GAIN_TOKENS:
+                self._kv_states.save(leaving, aux=self.decoder.head_state())
+
     def _vanilla_for(self, req: p.Generate) -> VanillaDecoder | None:
         """The vanilla decoder a request with a grammar or logprobs runs in, whatever the mode: the
         accelerated modes verify drafts without a grammar and keep no logits per token. In another
@@ -512,7 +533,8 @@ class EngineSession:
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))  # make_sampler's dist reads it
         self.batch.start(slot, tokens, make_sampler(self.llm, s), greedy=greedy_alone(s))
         answer = AnswerStream(req, len(tokens), slot.cached, self, emit, t0, emit_every_s=TOKEN_EMIT_S,
-                              stats_every_s=STATS_INTERVAL_S, n_threads=self._threads_now)  # fmt: skip
+                              stats_every_s=STATS_INTERVAL_S, n_threads=self._threads_now,
+                              long_prompt=self.llm.n_batch)  # fmt: skip
         return slot, answer
 
     def batch_step(self) -> list[tuple[Slot, int, bool]]:
@@ -553,6 +575,10 @@ class EngineSession:
         handed back, the other sequences' are dropped (their cells free again)."""
         if self.batch is None or not self._batch_owned:
             return
+        if self._keep_kv:  # the conversations the batch answered in the other sequences are kept
+            for slot in self.batch.slots[1:]:
+                if len(slot.kv) >= MIN_GAIN_TOKENS:
+                    self._kv_states.save(slot.kv, seq=slot.seq)
         seq0 = self.batch.seq0_tokens()
         self.batch.forget(seq0)
         if self.decoder.restorable:
@@ -590,7 +616,7 @@ class EngineSession:
             )
         return fitted.tokens
 
-    def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event, t0: float) -> None:
+    def generate(self, req: p.Generate, emit: Emit, cancelled: threading.Event | StopFlag, t0: float) -> None:
         req.validate()
         self._to_solo()
         s = req.sampling
@@ -662,13 +688,26 @@ class EngineSession:
         logprobs: list[p.TokenLogprob] = []  # Generate.logprobs: the tokens not sent yet
         # logprobs and margins read the logits each token came from: one token a call then
         step_us = 0 if req.logprobs or req.report_margins else NATIVE_STEP_US
+        progress = self._prompt_progress(req.request_id, len(tokens), cached, emit, t0)
         if vanilla is not None:
-            gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us)
+            gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us, progress=progress)
         else:
-            gen = decoder.stream(tokens, s, step_us=step_us)
+            gen = decoder.stream(tokens, s, step_us=step_us, progress=progress)
         preserved = set(req.preserved_tokens)  # a template's special tokens that the answer's text shows
         live = req.live  # else the text goes out once, at the end
-        for tok in gen:
+        reading = _StopReading(self.llm._ctx.ctx, cancelled)  # Stop ends the prompt's reading mid-batch
+        try:
+            first = next(gen)
+        except StopIteration:
+            first = None
+        except RuntimeError:
+            if not cancelled.is_set():
+                raise
+            first = None  # stopped while the prompt was read: what was read of it stays cached
+            finish = p.FinishReason.CANCELLED
+        finally:
+            reading.close()
+        for tok in itertools.chain((first,), gen) if first is not None else ():
             if governor is not None:
                 threads_used.add(governor.tick())
             n_sampled += 1
@@ -725,10 +764,42 @@ class EngineSession:
         if decided := self._after_answer(decode_speed(), threads_used, band, len(out_tokens) - 1, quiet):
             emit(decided)
 
+    def _prompt_progress(self, rid: str, n_prompt: int, cached: int, emit: Emit, t0: float) -> Progress | None:
+        """What tells the client how far a long prompt's reading is (one PromptProgress now and one
+        a batch); None for a prompt read in one batch (its first token comes soon). On a GPU the
+        prompt is read in one call, as a whole prefill's chunks must be the same (see generate)."""
+        if n_prompt - cached <= self.llm.n_batch:
+            return None
+
+        def tell(n_done: int) -> None:
+            emit(p.PromptProgress(rid, n_prompt, cached, n_done, (time.perf_counter() - t0) * 1000))
+
+        tell(cached)
+        return tell if self.placement.n_gpu_layers == 0 else None
+
     def _token_logprob(self, vanilla: VanillaDecoder, tok: int, piece: bytes, n_top: int) -> p.TokenLogprob:
         logprob, top = vanilla.logprobs(tok, n_top)
         alternatives = [p.TopLogprob(t, list(self._piece(t)), lp) for t, lp in top]
         return p.TokenLogprob(tok, list(piece), logprob, alternatives)
+
+
+class _StopReading:
+    """While a prompt is read: the target context's abort callback reads the request's stop flag,
+    so a Stop ends llama_decode between graph nodes (it returns 2 and drops that batch's rows).
+    Only then: a decode step stopped midway would lose where the cache ends. A plain
+    threading.Event (tests driving a session directly) stops between tokens only."""
+
+    def __init__(self, ctx: int, cancelled: threading.Event | StopFlag) -> None:
+        self._ctx = ctx
+        self._on = isinstance(cancelled, StopFlag)
+        if self._on:
+            set_abort, requested = interrupt_hooks()
+            set_abort(ctx, requested, cancelled.address)
+
+    def close(self) -> None:
+        if self._on:
+            interrupt_hooks()[0](self._ctx, None, None)
+            self._on = False
 
 
 def display_name(model_path: Path) -> str:

@@ -329,6 +329,10 @@ void specee_ee_free(specee_ee * x) {
     delete x;
 }
 
+llama_context * specee_ee_draft_context(const specee_ee * x) {
+    return specee_eagle_draft_context(x->e);
+}
+
 void specee_ee_set_threads(specee_ee * x, int32_t n_threads) {
     if (x != nullptr) {
         specee_eagle_set_threads(x->e, n_threads);

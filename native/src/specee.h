@@ -147,6 +147,9 @@ LLAMA_API struct specee_ee * specee_ee_init(struct llama_context * ctx_tgt, stru
 LLAMA_API void specee_ee_free(struct specee_ee * x);
 // The head context's threads (as specee_drafter_set_threads).
 LLAMA_API void specee_ee_set_threads(struct specee_ee * x, int32_t n_threads);
+// The EAGLE head's context (as specee_drafter_draft_context): its cache of the prefix is kept beside
+// the target's, so that a conversation restored later gets the same candidates as it would have.
+LLAMA_API struct llama_context * specee_ee_draft_context(const struct specee_ee * x);
 
 // Predictor for exits after layer `layer`: z = w2 . relu(W1 f + b1) + b2 with f the
 // SPECEE_EE_N_FEATURES features of the candidates' logits (see exit_features); exit when

@@ -1,0 +1,31 @@
+"""A request's Stop, as both sides of the worker read it: Python checks it between tokens, and
+llama.cpp's CPU backend reads its byte between graph nodes while a prompt is read (the context's
+abort callback, native specee_interrupt_requested), so Stop ends a long prefill within one node,
+not after the batch of several seconds it would otherwise finish."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+
+class StopFlag:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._byte = ctypes.c_bool(False)
+
+    def set(self) -> None:
+        self._byte.value = True
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+        self._byte.value = False
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    @property
+    def address(self) -> int:
+        """The byte's address, for llama_set_abort_callback's data."""
+        return ctypes.addressof(self._byte)
