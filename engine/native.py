@@ -83,6 +83,7 @@ def lib() -> ctypes.CDLL:
         "specee_ee_step": ([vp, vp, ctypes.POINTER(i32), f32p, ctypes.POINTER(i32), ctypes.POINTER(EeStats)], i32),
         "specee_ee_reset_stats": ([vp], None),
         "specee_ee_set_fill": ([vp, ctypes.c_bool], None),
+        "specee_ee_draft_context": ([vp], vp),
         "specee_ee_set_stop_tokens": ([vp, ctypes.POINTER(i32), i32], None),
         "specee_ee_set_vocab_predictor": ([vp, f32p, ctypes.c_float, ctypes.c_float], i32),
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),

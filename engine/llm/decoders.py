@@ -315,7 +315,8 @@ class _NativeLoop:
     def cached_prefix(self, tokens: list[int]) -> int:
         return common_prefix(self._kv, tokens)
 
-    restorable = False  # an EAGLE head or a draft model keeps state of its own
+    restorable = False  # a draft model keeps state of its own
+    _head_id = ""  # the EAGLE head file's sha256, where there is one (head_state's tag)
 
     def kv_used(self) -> int:
         return len(self._kv)
@@ -323,11 +324,33 @@ class _NativeLoop:
     def kv_tokens(self) -> list[int]:
         return list(self._kv)
 
-    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
-        self._kv = list(tokens)
+    def _head_ctx(self) -> Any:
+        """The EAGLE head's context (its sequence 0: the head's cache of the target's tokens), or None."""
+        return None
 
     def head_state(self) -> Aux | None:
-        return None
+        """The EAGLE head's cache of the target's tokens (its sequence 0), tagged with the head's
+        sha256: restored with the target's, the next answer drafts exactly as it would have in the
+        same process (rows past the kept tokens are dropped by the next prefill)."""
+        ctx = self._head_ctx()
+        buf = seq_state(ctx, 0) if ctx else None
+        return (self._head_id, buf) if buf is not None else None
+
+    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
+        """The target's cache holds `tokens` now. The head's cache is set from `aux` where that was
+        saved with them by this head; else its rows are kept only as far as the tokens it saw
+        agree with the new ones (a row pairs token P+1 with the target's features at P)."""
+        ctx = self._head_ctx()
+        if ctx:
+            mem = llama_cpp.llama_get_memory(ctx)
+            restored = False
+            if aux is not None and aux[0] == self._head_id:
+                llama_cpp.llama_memory_seq_rm(mem, 0, -1, -1)
+                restored = set_seq_state(ctx, 0, aux[1])
+            if not restored:
+                keep = max(0, common_prefix(self._kv, tokens) - 1)
+                llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)
+        self._kv = list(tokens)
 
     def forget(self) -> None:
         self._kv = []
@@ -387,30 +410,6 @@ class DrafterDecoder(_NativeLoop):
 
     def _head_ctx(self) -> Any:
         return self.lib.specee_drafter_draft_context(self._handle) if self._head_id else None
-
-    def head_state(self) -> Aux | None:
-        """The EAGLE head's cache of the target's tokens (its sequence 0), tagged with the head's
-        sha256: restored with the target's, the next answer drafts exactly as it would have in the
-        same process (rows past the kept tokens are dropped by the next prefill)."""
-        ctx = self._head_ctx()
-        buf = seq_state(ctx, 0) if ctx else None
-        return (self._head_id, buf) if buf is not None else None
-
-    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
-        """The target's cache holds `tokens` now. The head's cache is set from `aux` where that was
-        saved with them by this head; else its rows are kept only as far as the tokens it saw
-        agree with the new ones (a row pairs token P+1 with the target's features at P)."""
-        ctx = self._head_ctx()
-        if ctx:
-            mem = llama_cpp.llama_get_memory(ctx)
-            restored = False
-            if aux is not None and aux[0] == self._head_id:
-                llama_cpp.llama_memory_seq_rm(mem, 0, -1, -1)
-                restored = set_seq_state(ctx, 0, aux[1])
-            if not restored:
-                keep = max(0, common_prefix(self._kv, tokens) - 1)
-                llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)
-        self._kv = list(tokens)
 
     def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None) -> Iterator[int]:
         """step_us: how long native code may go on stepping before it hands its tokens over (0: one
@@ -520,6 +519,10 @@ class SpecEEDecoder(_NativeLoop):
             self.close()
             raise RuntimeError(msg)
         self.n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
+        self._head_id = sha256_file(Path(head_path))
+        # exits only after the last layer skip no layer, so the cache holds no filled-in K/V and is
+        # what any mode would have computed: it may be kept and restored (engine/llm/kv_states.py)
+        self._exits_skip_layers = bool(predictors) and min(predictors.layers, default=self.n_layer) < self.n_layer - 1
         self.lib.specee_ee_set_fill(self._ee, fill)
         self.exits, self.force_layer, self.shadow_every = exits, force_layer, shadow_every
         if predictors and predictors.vocab_head is not None:
@@ -540,6 +543,13 @@ class SpecEEDecoder(_NativeLoop):
 
     def _error(self) -> RuntimeError:
         return RuntimeError(self.lib.specee_last_error().decode())
+
+    @property
+    def restorable(self) -> bool:  # type: ignore[override]
+        return not self._exits_skip_layers and self.force_layer < 0
+
+    def _head_ctx(self) -> Any:
+        return self.lib.specee_ee_draft_context(self._ee) if self._ee else None
 
     def _configure(self, s: p.Sampling) -> None:
         seed = s.seed if s.seed >= 0 else random.getrandbits(32)
