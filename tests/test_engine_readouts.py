@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.model_status import acceleration_state
 from engine import protocol as p
 from engine.client import WorkerClient, WorkerError
 
@@ -73,6 +74,24 @@ def test_auto_never_trusts_nor_caches_a_measurement_taken_while_the_machine_is_b
         assert decided.measured_tok_s["vanilla"] > 0
         (entry,) = _decisions(fresh_cache).values()
         assert entry["mode"] == decided.mode and entry["vanilla_reference"]
+
+
+@pytest.mark.parametrize("mode", ["eagle", "specee"])
+def test_an_explicit_mode_on_a_busy_machine_says_why_it_runs_and_never_that_auto_measures(
+    model_path: Path, fresh_cache: Path, neighbour: Path, mode: str
+) -> None:
+    """Issue 45: a mode chosen in Settings showed "auto: measuring" in the header, and its reason
+    began empty (": ; vanilla's speed here is measured once..."), in Settings and the tooltip."""
+    neighbour.write_text("1.5")
+    with WorkerClient() as client:
+        loaded = client.load(model_path, p.Placement(n_ctx=1024), mode=mode)
+        assert loaded.mode == mode and not loaded.measuring
+        assert loaded.mode_reason.startswith(f"{mode}: ")
+        waiting = client.wait_for(p.AutoDecided, timeout=120)
+        assert isinstance(waiting, p.AutoDecided) and waiting.mode == mode and not waiting.measuring
+        assert waiting.mode_reason.startswith(f"{mode}: ") and "quiet" in waiting.mode_reason
+        badge, tooltip = acceleration_state(loaded, waiting)
+        assert "measuring" not in badge and tooltip.startswith(f"{mode}: ")
 
 
 def test_auto_measures_again_when_the_answers_contradict_its_decision(model_path: Path, fresh_cache: Path) -> None:

@@ -169,7 +169,7 @@ class EngineSession:
             chat_format_note=self._chat_format_note(info),
             trainable=acceleration.architecture_supported and not acceleration.eagle_head,
             acceleration=acceleration,
-            measuring=self._auto is not None,
+            measuring=self._auto is not None and not self._keep_mode,  # an explicit mode measures only vanilla's speed
             n_parallel=self.n_slots,
         )
         # the batched path (engine/worker/concurrent.py); batch_owned: it used the context last
@@ -191,6 +191,7 @@ class EngineSession:
             self.measured = dict(like.get("speeds", {}))
             self.reference = auto.VanillaReference(like.get("vanilla_reference"))
             decoder = makers[load.mode]()
+            self.mode_reason = self.mode_reason or f"{load.mode}: chosen in the settings (auto would measure the modes)"
             if not self.measured.get("vanilla") and load.measure_reference:
                 # the meter says how the chosen mode compares with vanilla: measure vanilla here while
                 # idle (once per model, weights, build and machine), never switching the chosen mode
@@ -314,12 +315,12 @@ class EngineSession:
         self.decoder.forget()
         if cal.postponed and not was_postponed:  # say so once, not at every retry
             busy = f"other programs kept {cal.busy_cores:.1f} cores busy while it measured"
-            if self._keep_mode:
+            if self._keep_mode:  # the chosen mode stays: only its comparison with vanilla waits
                 why = f"{self.mode_reason}; vanilla's speed here is measured once the machine is quiet ({busy})"
-            else:
-                self.mode_reason = why = (f"auto: {busy}, so it waits for a quiet machine before it decides (speeds "
-                                          f"measured beside a busy neighbour mislead); {self.mode} until then")  # fmt: skip
-                self.loaded.mode_reason = why
+                return p.AutoDecided(mode=self.mode, mode_reason=why, measured_tok_s=self.measured)
+            self.mode_reason = why = (f"auto: {busy}, so it waits for a quiet machine before it decides (speeds "
+                                      f"measured beside a busy neighbour mislead); {self.mode} until then")  # fmt: skip
+            self.loaded.mode_reason = why
             return p.AutoDecided(mode=self.mode, mode_reason=why, measured_tok_s=self.measured, measuring=True)
         if not cal.done:
             return None
