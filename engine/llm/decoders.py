@@ -32,7 +32,7 @@ COPY_BUCKETS = tuple(f"{length} {alike}" for alike in COPY_ALIKE for length in C
 
 
 # Decoder.stream's progress: called with the prompt tokens in the cache so far while a long prompt
-# is read (after each batch of it), before the first token
+# is read, after each batch of it (the last: all of them, just before the first token)
 Progress = Callable[[int], None]
 
 
@@ -217,7 +217,7 @@ class VanillaDecoder:
                 self._kv = []  # where the cache ends is unknown
                 raise
             self._kv = tokens[:end]
-            if progress is not None and end < len(tokens):
+            if progress is not None:
                 progress(end)
         kv = list(tokens)
         self._kv = kv
@@ -425,6 +425,8 @@ class DrafterDecoder(_NativeLoop):
         first = self.lib.specee_drafter_prefill(self._handle, arr, len(tokens), n_keep, sampler)
         if first < 0:
             raise self._error()
+        if progress is not None:
+            progress(len(tokens))
         seen = [*tokens, first]  # the prompt and the answer so far; the cache holds a prefix of it
         kv = self._kv = list(tokens)
         yield first
@@ -587,6 +589,8 @@ class SpecEEDecoder(_NativeLoop):
         first = self.lib.specee_ee_prefill(self._ee, arr, len(tokens), n_keep, smpl.sampler)
         if first < 0:
             raise self._error()
+        if progress is not None:
+            progress(len(tokens))
         self._kv = list(tokens)
         cands = np.zeros(self.n_cand, dtype=np.int32)
         # per layer the candidates' logits, then the head's log-probabilities of them, then the

@@ -63,9 +63,8 @@ class ConcurrentAnswers:
             sampled = self._session.batch_step()
         except RuntimeError as exc:
             return ended + self.fail(str(exc))
-        for slot, answer in reading:
-            if slot.n_fed < len(slot.prompt):
-                answer.read(slot.n_fed)
+        for slot, answer in reading:  # the last batch read too (all of it: its first token comes now)
+            answer.read(slot.n_fed)
         for slot, tok, full in sampled:
             if self._answers[slot].add(tok, full):
                 ended.append(self._end(slot))
