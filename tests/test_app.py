@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QPushButton
 
 from app.main_window import MainWindow
 from engine import protocol as p
+from engine.chats.store import ConversationStore
 from engine.client import WorkerClient
 from tests.conftest import loaded_window
 
@@ -140,12 +141,13 @@ def test_app_exits_cleanly_after_streaming(model_path: Path, tmp_path: Path) -> 
     assert "ANSWER:" in result.stdout and len(result.stdout.split("ANSWER:")[1].strip()) > 5
 
 
-def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Focus starts in the message box (it started on "New chat", where Space clicked it); Tab
     moves on instead of typing a tab; the focused control has a visible ring."""
     from PySide6.QtWidgets import QApplication
 
-    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(8))
+    # its own store: the draft it leaves would come back in the next window on the shared one
+    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(8), store=ConversationStore(tmp_path / "c.db"))
     qtbot.addWidget(win)
     win.show()
     win.activateWindow()
