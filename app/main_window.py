@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QShowEvent
+from PySide6.QtGui import QCloseEvent, QShowEvent
 from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from app import theme
@@ -19,6 +19,7 @@ from app.header import HeaderBar
 from app.model_resolver import ModelResolver
 from app.my_models import scan_in_background
 from app.serve_switch import ServeSwitch
+from app.shortcuts_help import ShortcutsHelp
 from app.sidebar import ConversationSidebar
 from app.status_bar import StatusBar
 from app.train_runner import TrainRunner
@@ -111,11 +112,9 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
         self.sidebar.chosen.connect(lambda: self.input.setFocus())  # Enter on a chat: ready for the next question
-        for key, slot in (
-            ("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer),
-            ("Ctrl+Q", self.close), ("Ctrl+Z", self.sidebar.undo_delete),  # the Undo button's promise, from anywhere
-        ):  # fmt: skip
-            QShortcut(QKeySequence(key), self, activated=slot)
+        # the window's places and its shortcuts (Ctrl+Z: the Undo button's promise, from anywhere), from one registry
+        self.shortcuts_help: ShortcutsHelp | None = None
+        self.setMenuBar(self._make_menu_bar())
         self.sidebar.refresh()
         self._init_drafts()
         self.reopen_last_chat()  # where the last session left off: its chat and the unsent message
