@@ -1,4 +1,5 @@
-"""The main window: conversations on the left; on the right the header (engine switcher with its acceleration state, Models,
+"""The main window: a menu bar over it all (app/menu_bar.py, every shortcut in app/shortcuts.py);
+conversations on the left; on the right the header (engine switcher with its acceleration state, Models,
 Settings, About), the chat as message cards (or, on first run, a welcome pane while the default model is prepared) and the
 composer; the engine's state, context use and the speed meter in the status bar. It draws and sends intent: which engine
 answers (the local worker or a remote endpoint) is the engine choice's (engine/remote/engine_choice.py, behind WorkerBridge)

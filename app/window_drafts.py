@@ -31,7 +31,7 @@ class WindowDrafts:
         self._draft_timer.timeout.connect(self.save_drafts)
         self.input.textChanged.connect(self._on_typed)
 
-    def reopen_last_chat(self) -> None:
+    def reopen_last_chat(self: MainWindow) -> None:
         """At start: the chat open at the last quit (if it is still there), with its draft."""
         last = self.drafts.current
         if last != NEW_CHAT:

@@ -20,8 +20,9 @@ from tests.conftest import loaded_window
 
 
 @pytest.fixture
-def window(qtbot, model_path: Path):  # type: ignore[no-untyped-def]
-    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32)) as win:
+def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+    # the test's own store: on the shared one the window would reopen the chat the last test left open
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32), store=store) as win:
         yield win
 
 
@@ -199,9 +200,9 @@ def test_clicking_another_chat_while_streaming_keeps_the_selection_honest(qtbot,
     assert window.conv_id == first and window.messages[0]["content"] == "First chat."
 
 
-def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
     """The view jumped to the top when an answer ended, if the reader had scrolled up."""
-    win = MainWindow(model_path=model_path)
+    win = MainWindow(model_path=model_path, store=store)
     qtbot.addWidget(win)
     win.show()
     win.messages = [{"role": "assistant", "content": "\n\n".join(f"Paragraph {i}." for i in range(200)), "stats": {}}]

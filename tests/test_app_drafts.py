@@ -161,3 +161,27 @@ def test_an_edit_does_not_eat_the_draft(qtbot, tmp_path: Path) -> None:  # type:
         win.sidebar.select(b)  # leaving the chat drops the edit
         win.sidebar.select(a)
         assert win.input.toPlainText() == "my draft"
+
+
+def test_a_question_sent_takes_its_draft_and_the_new_chat_reopens_by_its_id(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """With the real worker: the first question of a new chat is no draft once sent (in no chat),
+    the chat it made is the one that reopens, with the follow-up being written."""
+    from engine import protocol as p
+    from tests.conftest import loaded_window
+
+    db = tmp_path / "chats.db"
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(8), store=ConversationStore(db)) as win:
+        type_into(qtbot, win, "Name a colour.")
+        qtbot.keyClick(win.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: not win.request_id, timeout=120_000)
+        conv_id = win.conv_id
+        assert conv_id and win.input.toPlainText() == "" and win.drafts.texts == {}
+        type_into(qtbot, win, "And another?")
+        qtbot.keyClick(win, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+        assert win.input.toPlainText() == ""  # the question sent is in no new chat's box
+        win.sidebar.select(conv_id)
+        assert win.input.toPlainText() == "And another?"
+    win.store.close()
+    with app_session(qtbot, db) as again:
+        assert again.conv_id == conv_id and again.input.toPlainText() == "And another?"
+        assert [m["role"] for m in again.messages] == ["user", "assistant"]
