@@ -1,4 +1,5 @@
-"""The main window: conversations on the left; on the right the header (engine switcher with its acceleration state, Models,
+"""The main window: a menu bar over it all (app/menu_bar.py, every shortcut in app/shortcuts.py);
+conversations on the left; on the right the header (engine switcher with its acceleration state, Models,
 Settings, About), the chat as message cards (or, on first run, a welcome pane while the default model is prepared) and the
 composer; the engine's state, context use and the speed meter in the status bar. It draws and sends intent: which engine
 answers (the local worker or a remote endpoint) is the engine choice's (engine/remote/engine_choice.py, behind WorkerBridge)
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QShowEvent
+from PySide6.QtGui import QCloseEvent, QShowEvent
 from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from app import theme
@@ -19,10 +20,12 @@ from app.header import HeaderBar
 from app.model_resolver import ModelResolver
 from app.my_models import scan_in_background
 from app.serve_switch import ServeSwitch
+from app.shortcuts_help import ShortcutsHelp
 from app.sidebar import ConversationSidebar
 from app.status_bar import StatusBar
 from app.train_runner import TrainRunner
 from app.welcome import WelcomePane
+from app.window_drafts import WindowDrafts
 from app.window_places import WindowPlaces
 from app.worker_bridge import WorkerBridge
 from engine import protocol as p
@@ -34,7 +37,7 @@ from engine.remote.client import display_model
 from engine.settings import load_settings
 
 
-class MainWindow(WindowPlaces, QMainWindow):
+class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
     DEFAULT_SIZE = (1040, 700)  # a first start's size: the status bar's meter must fit in it
 
     def __init__(
@@ -105,17 +108,17 @@ class MainWindow(WindowPlaces, QMainWindow):
             (self.sidebar.selected, self.open_conversation), (self.sidebar.new_requested, self.new_conversation),
             (self.model_switch.add_remote, self.open_endpoint_dialog), (self.serve_switch.failed, self._on_serve_failed),
             (self.panel.started, self._on_started), (self.panel.refused, lambda why: self.statusBar().showMessage(why, 4000)),
-            (self.panel.engine_wanted, self._continue_needs_engine),
+            (self.panel.engine_wanted, self._continue_needs_engine), (c.cancel_edit_button.clicked, self.draft_back),
         ):  # fmt: skip
             signal.connect(slot)
         self.sidebar.deleted.connect(lambda cid: cid == self.conv_id and self.new_conversation())
         self.sidebar.chosen.connect(lambda: self.input.setFocus())  # Enter on a chat: ready for the next question
-        for key, slot in (
-            ("Ctrl+N", self.new_conversation), ("Ctrl+K", self.sidebar.focus_search), ("Esc", self.stop_answer),
-            ("Ctrl+Q", self.close), ("Ctrl+Z", self.sidebar.undo_delete),  # the Undo button's promise, from anywhere
-        ):  # fmt: skip
-            QShortcut(QKeySequence(key), self, activated=slot)
+        # the window's places and its shortcuts (Ctrl+Z: the Undo button's promise, from anywhere), from one registry
+        self.shortcuts_help: ShortcutsHelp | None = None
+        self.setMenuBar(self._make_menu_bar())
         self.sidebar.refresh()
+        self._init_drafts()
+        self.reopen_last_chat()  # where the last session left off: its chat and the unsent message
         self.folder_scan = scan_in_background(self, lambda found: found.added and self.refresh_models())  # files copied in
         self.set_theme(theme.current().name)
         # the first keys typed after launch land in the message box (not on "New chat", where Space clicked it)
@@ -216,6 +219,7 @@ class MainWindow(WindowPlaces, QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.request_id and self.chat.answer_msg_id:
             self.store.update_message(self.chat.answer_msg_id, self.answer, complete=False)
+        self.save_drafts()
         self.bridge.shutdown()
         self.serve_switch.shutdown(wait=True)
         if self.settings.window != (size := [self.width(), self.height()]) and not self.isMaximized():
@@ -235,7 +239,10 @@ class MainWindow(WindowPlaces, QMainWindow):
     model_loaded = property(lambda self: self.panel.loaded, lambda self, value: setattr(self.panel, "loaded", value))
 
     def new_conversation(self) -> None:
-        if self.panel.new_conversation():
+        self._leave_chat()
+        changed = self.panel.new_conversation()
+        self._entered_chat(changed)  # the new chat's own draft
+        if changed:
             self.context_label.setText("")  # the previous chat's count is not this one's
             self.sidebar.list.clearSelection()
             self.sidebar.list.setCurrentItem(None)
@@ -243,13 +250,17 @@ class MainWindow(WindowPlaces, QMainWindow):
     def open_conversation(self, conv_id: str) -> None:
         if conv_id == self.conv_id:
             return
-        if self.panel.open_conversation(conv_id, self.sidebar.search.text()):  # a search hit's branch shows
+        self._leave_chat()
+        changed = self.panel.open_conversation(conv_id, self.sidebar.search.text())  # a search hit's branch shows
+        self._entered_chat(changed)  # that chat's own draft
+        if changed:
             self.context_label.setText("")
         else:  # keep the streaming chat selected: another one highlighted would be a lie
             self.sidebar.select(self.conv_id or "")
 
     def _on_started(self, new_chat: bool) -> None:
         self.meter.reset()
+        self._draft_sent(new_chat)
         if new_chat:
             self.sidebar.refresh(current=self.conv_id)
 
@@ -257,7 +268,8 @@ class MainWindow(WindowPlaces, QMainWindow):
         self.panel.send_message()
 
     def stop_answer(self) -> None:
-        self.panel.stop_answer()
+        self.panel.stop_answer()  # with no answer streaming: leaves an edit
+        self.draft_back()
 
     # -- what the engine in use says ------------------------------------------------------------------
 

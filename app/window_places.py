@@ -1,6 +1,6 @@
-"""The main window's places: the dialogs it opens from the sidebar and the header (remote engines,
-About, the model manager, My models, Settings, training acceleration) and what their answers do to
-the window. A part of MainWindow (app/main_window.py), kept apart so that no app/ file grows past
+"""The main window's places: the dialogs it opens from the sidebar, the header and the menu bar (remote
+engines, About, the model manager, My models, Settings, training acceleration, the shortcuts help) and
+what their answers do to the window. A part of MainWindow (app/main_window.py), kept apart so that no app/ file grows past
 ~400 lines; it draws and sends intent like the rest of the window."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QMessageBox
 
 from app.endpoint_dialog import EndpointDialog
+from app.menu_bar import MenuBar
 from app.model_manager import ModelManager
 from app.model_resolver import ModelResolver
 from app.my_models import MyModels, open_my_models
 from app.settings_dialog import SettingsDialog
+from app.shortcuts_help import ShortcutsHelp
 from app.train_runner import TrainRunner
 from engine.about import about_text
 from engine.settings import save_settings
@@ -39,6 +41,50 @@ class WindowPlaces:
         self.choice.endpoint_saved(name, models)
         if why:
             self.status.say(f"The API key for {name} is kept for this session only: {why}", error=True)
+
+    def _make_menu_bar(self: MainWindow) -> MenuBar:
+        """Every menu entry is a slot the window's buttons, switches or keys already use."""
+        menu = MenuBar(
+            {
+                "new_chat": self.new_conversation, "import_chat": self.sidebar.import_button.click,
+                "settings": self.open_settings, "quit": self.close, "search": self.sidebar.focus_search,
+                "generation": self.panel.open_generation, "attach": self.panel.attach_file, "stop": self.stop_answer,
+                "undo_delete": self.sidebar.undo_delete, "switch_model": self.open_model_switcher,
+                "my_models": self.open_my_models, "download_models": self.open_model_manager, "serve": self.toggle_serving,
+                "copy_api_address": self.serve_switch.copy_address, "shortcuts": self.open_shortcuts_help,
+                "about": self._about,
+            }
+        )  # fmt: skip
+        serve, copy = menu.actions_by_name["serve"], menu.actions_by_name["copy_api_address"]
+        serve.setCheckable(True)
+
+        def server_state() -> None:  # the switch's state, as the menu opens
+            serve.setChecked(self.serve_switch.toggle.isChecked())
+            copy.setEnabled(self.serve_switch.serving)
+
+        menu.menus["Server"].aboutToShow.connect(server_state)
+        return menu
+
+    def open_shortcuts_help(self: MainWindow) -> ShortcutsHelp:
+        if self.shortcuts_help is None:  # one, raised again when asked again
+            self.shortcuts_help = ShortcutsHelp(self)
+        self.shortcuts_help.show()
+        self.shortcuts_help.raise_()
+        self.shortcuts_help.activateWindow()
+        return self.shortcuts_help
+
+    def open_model_switcher(self: MainWindow) -> None:
+        """The header's model switcher, opened (Ctrl+L): arrows and Enter pick a model."""
+        self.model_switch.setFocus()
+        self.model_switch.showPopup()
+
+    def toggle_serving(self: MainWindow) -> None:
+        """The Serve API switch, as if clicked; when it cannot be switched now, why."""
+        toggle = self.serve_switch.toggle
+        if toggle.isEnabled():
+            toggle.click()
+        else:  # a remote engine answers the chat, or the server is starting
+            self.status.say(toggle.toolTip() if self.serve_switch.blocked else "The API server is starting…")
 
     def _about(self: MainWindow) -> None:
         QMessageBox.about(self, "About SpecEE Chat", about_text(self.native_info) + "\n\n" + ABOUT)

@@ -14,13 +14,15 @@ from PySide6.QtWidgets import QPushButton
 
 from app.main_window import MainWindow
 from engine import protocol as p
+from engine.chats.store import ConversationStore
 from engine.client import WorkerClient
 from tests.conftest import loaded_window
 
 
 @pytest.fixture
-def window(qtbot, model_path: Path):  # type: ignore[no-untyped-def]
-    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32)) as win:
+def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+    # the test's own store: on the shared one the window would reopen the chat the last test left open
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32), store=store) as win:
         yield win
 
 
@@ -140,12 +142,13 @@ def test_app_exits_cleanly_after_streaming(model_path: Path, tmp_path: Path) -> 
     assert "ANSWER:" in result.stdout and len(result.stdout.split("ANSWER:")[1].strip()) > 5
 
 
-def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Focus starts in the message box (it started on "New chat", where Space clicked it); Tab
     moves on instead of typing a tab; the focused control has a visible ring."""
     from PySide6.QtWidgets import QApplication
 
-    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(8))
+    # its own store: the draft it leaves would come back in the next window on the shared one
+    win = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(8), store=ConversationStore(tmp_path / "c.db"))
     qtbot.addWidget(win)
     win.show()
     win.activateWindow()
@@ -197,9 +200,9 @@ def test_clicking_another_chat_while_streaming_keeps_the_selection_honest(qtbot,
     assert window.conv_id == first and window.messages[0]["content"] == "First chat."
 
 
-def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
     """The view jumped to the top when an answer ended, if the reader had scrolled up."""
-    win = MainWindow(model_path=model_path)
+    win = MainWindow(model_path=model_path, store=store)
     qtbot.addWidget(win)
     win.show()
     win.messages = [{"role": "assistant", "content": "\n\n".join(f"Paragraph {i}." for i in range(200)), "stats": {}}]

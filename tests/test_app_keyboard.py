@@ -28,10 +28,11 @@ def long_chat(store: ConversationStore, title: str = "long", code_first: bool = 
     return conv.id
 
 
-def test_a_later_start_goes_straight_to_the_chat(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_later_start_goes_straight_to_the_chat(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Every start showed the first run's "one-time step" welcome for seconds, and keys typed
     meanwhile were lost; with the default model installed there is no step to show."""
-    win = MainWindow(sampling=p.Sampling.greedy(8))  # no model named: the installed default
+    # no model named: the installed default; its own store (no draft left by an earlier test)
+    win = MainWindow(sampling=p.Sampling.greedy(8), store=ConversationStore(tmp_path / "c.db"))
     qtbot.addWidget(win)
     pages: list[object] = []
     win.pages.currentChanged.connect(lambda _i: pages.append(win.pages.currentWidget()))
