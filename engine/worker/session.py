@@ -713,7 +713,7 @@ class EngineSession:
                 finish = p.FinishReason.LENGTH
                 break
         gen.close()
-        pending += utf8.decode(b"", final=True)  # after a stop-string hit, pending is already empty
+        utf8.reset()  # a character cut by the end (max_tokens, cancel) is dropped, never shown as U+FFFD
         text += pending
         if unsent or pending or logprobs:
             emit(p.Token(req.request_id, unsent + pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000, logprobs))
