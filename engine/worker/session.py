@@ -730,6 +730,17 @@ class EngineSession:
         alternatives = [p.TopLogprob(t, list(self._piece(t)), lp) for t, lp in top]
         return p.TokenLogprob(tok, list(piece), logprob, alternatives)
 
+    def embed(self, req: p.Embed) -> p.Embeddings:
+        """/v1/embeddings from the loaded model (engine/worker/embeddings.py): a context of its own on
+        the same weights, made at the first request and freed with the model. EmbedInputError for an
+        input that cannot be embedded (empty, too long, not token ids)."""
+        from engine.worker.embeddings import Embedder
+
+        embedder = getattr(self, "_embedder", None)
+        if embedder is None:
+            embedder = self._embedder = Embedder(self.llm, self.n_ctx, self.n_threads)
+        return embedder.embed(req)
+
 
 def display_name(model_path: Path) -> str:
     """What people call the model: its id in the registry (the model switcher's name for it), else the
