@@ -16,7 +16,9 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
+from app.serve_requests import RequestsView
 from engine.serve.launcher import ServerError, ServerProcess, free_port
+from engine.serve.request_log import log_path
 
 PREFERRED_PORT = 8080  # llama-server's and most tools' default; a free one when it is taken
 
@@ -55,13 +57,20 @@ class ServeSwitch(QWidget):
         self.address.setVisible(False)
         self.address.setToolTip("Copy the API's base URL")
         self.address.setAccessibleName("API address (click to copy)")
+        self.requests_button = QPushButton("Requests")
+        self.requests_button.setFlat(True)
+        self.requests_button.setVisible(False)
+        self.requests_button.setToolTip("What other tools asked of the API: tokens, speed, status")
+        self.requests_view: RequestsView | None = None  # made when first opened
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(4)
         row.addWidget(self.toggle)
         row.addWidget(self.address)
+        row.addWidget(self.requests_button)
         self.toggle.toggled.connect(self._on_toggled)
         self.address.clicked.connect(self.copy_address)
+        self.requests_button.clicked.connect(self.show_requests)
         self._started.connect(self._on_started)
         self._not_started.connect(self._on_not_started)
 
@@ -72,6 +81,14 @@ class ServeSwitch(QWidget):
         self.address.setMinimumWidth(self.address.width())  # the header does not jump
         self.address.setText("Copied")
         QTimer.singleShot(COPIED_MS, self.address, self._show_address)  # the button as context: a closed window cancels it
+
+    def show_requests(self) -> RequestsView:
+        """The Requests view (the server's request log), shown and raised."""
+        if self.requests_view is None:
+            self.requests_view = RequestsView(log_path(), self)
+        self.requests_view.show()
+        self.requests_view.raise_()
+        return self.requests_view
 
     def _show_address(self) -> None:
         if self.address.text() == "Copied":
@@ -123,6 +140,7 @@ class ServeSwitch(QWidget):
         self.toggle.setText("Serving")
         self.address.setText(self.base_url)
         self.address.setVisible(True)
+        self.requests_button.setVisible(True)
         self.toggle.setToolTip(f"Serving {server.model} ({server.mode}) at {self.base_url}. Click to stop.")
 
     def _on_not_started(self, server: ServerProcess, why: str) -> None:
@@ -158,6 +176,7 @@ class ServeSwitch(QWidget):
     def _reset(self) -> None:
         self.url = ""
         self.address.setVisible(False)
+        self.requests_button.setVisible(False)
         self.toggle.setEnabled(not self.blocked)
         self.toggle.setToolTip(self.blocked or SERVE_TIP)
         self.toggle.setText("Serve API")

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 # would ignore them); 6: Load.n_parallel and Loaded.n_parallel (an older worker would answer one request at a
 # time while the server sends several), Generate.grammar_lazy, grammar_trigger_patterns/tokens, grammar_prefill
 # and preserved_tokens (tool calls: an older worker would apply a lazy grammar from the first token)
-# 7: PromptProgress (an older client would fail to read it), the prompt's reading interrupted by Cancel
+# 7: PromptProgress (an older client would fail to read it), the prompt's reading interrupted by Cancel;
+# Embed and Embeddings (the HTTP server's /v1/embeddings)
 PROTOCOL_VERSION = 7
 TOP_LOGPROBS_MAX = 20  # Generate.top_logprobs: the most alternatives reported per token (OpenAI's limit)
 # conversations' saved KV caches on disk (engine.kept_caches): the default budget and the most accepted
@@ -641,6 +642,28 @@ ANSWER_RESERVE = 512  # tokens kept free for an answer with no length limit (max
 @dataclass
 class Unloaded(Message):
     TYPE: ClassVar[str] = "unloaded"
+
+
+@dataclass
+class Embed(Message):
+    """Command: embeddings of texts (or of token lists, given as is) from the loaded model, for the
+    HTTP server's /v1/embeddings; the worker answers Embeddings with this request_id, or an Error
+    (context_length_exceeded for an input longer than it embeds at once)."""
+
+    TYPE: ClassVar[str] = "embed"
+    request_id: str = ""
+    texts: list[str] = field(default_factory=list)
+    token_lists: list[list[int]] = field(default_factory=list)  # used when texts is empty
+
+
+@dataclass
+class Embeddings(Message):
+    """Embed's answer: one unit-length vector per input (the mean of the model's last hidden states)."""
+
+    TYPE: ClassVar[str] = "embeddings"
+    request_id: str = ""
+    vectors: list[list[float]] = field(default_factory=list)
+    n_tokens: list[int] = field(default_factory=list)  # each input's tokens
 
 
 @cache

@@ -234,7 +234,7 @@ def test_request_parsing_without_a_server() -> None:
     assert req.messages[0] == {"role": "system", "content": "be brief"}
     assert req.continue_answer and req.sampling.top_k == 1 and req.sampling.stop == ["\n"] and req.sampling.max_tokens == 9
     for body, param in [
-        ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+        ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 17}, "n"),
         ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools[0].function"),
         ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_p": "high"}, "top_p"),
         ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),

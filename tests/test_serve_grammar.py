@@ -297,7 +297,7 @@ def test_bad_logprobs_are_400(served: ServerProcess, case: str) -> None:
 
 def test_tools_and_n_are_still_refused(served: ServerProcess) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    for extra in ({"tools": [tool]}, {"n": 2}, {"tool_choice": "auto"}):
+    for extra in ({"tools": [tool]}, {"n": 17}, {"tool_choice": "auto"}):
         with pytest.raises(openai.BadRequestError):
             client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), max_tokens=2, **extra)  # type: ignore[call-overload]
 

@@ -1,5 +1,5 @@
 """`POST /v1/responses` (OpenAI's Responses API, text) with the official openai client against a real
-`specee serve`, and the refusals around it (stored responses, tools, images, /v1/embeddings)."""
+`specee serve`, and the refusals around it (stored responses, tools, images)."""
 
 from __future__ import annotations
 
@@ -124,12 +124,6 @@ def test_parse_with_a_pydantic_model(served: ServerProcess) -> None:
 def test_what_cannot_be_honoured_is_refused(served: ServerProcess, body: dict, param: str) -> None:
     status, reply = raw_request(served, "POST", "/v1/responses", json.dumps({"model": MODEL_ID, **body}).encode())
     assert assert_openai_error(status, reply)["param"] == param
-
-
-def test_embeddings_are_refused_with_the_reason(served: ServerProcess) -> None:
-    status, reply = raw_request(served, "POST", "/v1/embeddings", json.dumps({"model": MODEL_ID, "input": "hi"}).encode())
-    error = assert_openai_error(status, reply, 404)
-    assert "embeddings" in error["message"] and MODEL_ID in error["message"]
 
 
 def test_the_parser_alone() -> None:

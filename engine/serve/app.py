@@ -1,4 +1,5 @@
-"""The Starlette app: /v1/chat/completions, /v1/completions, /v1/models[/{id}], /health.
+"""The Starlette app: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models[/{id}],
+/health and /log/requests.
 
 Every request waits for its turn and the worker's first event before its response starts, so a
 refusal (a chat longer than the context, a full queue) has its own status, streamed or not; a client
@@ -25,7 +26,10 @@ from starlette.routing import Route
 
 from engine import protocol as p
 from engine.serve.bridge import EngineBridge, Generation
+from engine.serve.choices import Choices
+from engine.serve.embeddings import embeddings_response, parse_embeddings
 from engine.serve.errors import ApiError
+from engine.serve.request_log import RequestLog, RequestLogger, entry_of
 from engine.serve.responses import ResponseShapes, parse_responses
 from engine.serve.schema import (
     FINISH,
@@ -94,8 +98,9 @@ def _sse(obj: dict[str, Any]) -> bytes:
 
 
 class Routes:
-    def __init__(self, bridge: EngineBridge, model_id: str, guard: Guard) -> None:
+    def __init__(self, bridge: EngineBridge, model_id: str, guard: Guard, log: RequestLog | None = None) -> None:
         self.bridge, self.model_id, self.guard = bridge, model_id, guard
+        self.log = log or RequestLog()
         self._templates: ChatTemplates | None = None  # the model's chat templates, read on the first tool request
 
     def _n_ctx(self) -> int:
@@ -171,6 +176,11 @@ class Routes:
             body["error"] = b.error
         return JSONResponse(body, status_code=200 if b.state == "ok" else 503)
 
+    async def requests(self, request: Request) -> Response:
+        """GET /log/requests: the latest requests this server answered (engine.serve.request_log), oldest first."""
+        self.guard.check(request)
+        return JSONResponse({"object": "list", "data": self.log.recent()})
+
     async def models(self, request: Request) -> Response:
         self.guard.check(request)
         return JSONResponse({"object": "list", "data": [self._model_entry()]})
@@ -201,21 +211,28 @@ class Routes:
         # the turn and the worker's first event are awaited while the client is watched (one that
         # leaves is dropped from the queue); a refusal then gets its own status, streamed or not
         overflow_param = "prompt" if req.prompt else "messages"
-        generation = await _while_connected(request, self._start(self._generate(req, tool_prompt), overflow_param))
+        generate = self._generate(req, tool_prompt)
+        generation = await _while_connected(request, self._start(generate, overflow_param))
         if generation is None:
             return Response(status_code=499)
         headers = self._headers(generation, req)
+
+        async def start(later: p.Generate) -> Generation:  # choices after the first (n > 1)
+            return await self._start(later, overflow_param)
+
+        choices = Choices(generation, generate, req.n, start)
+        log = _Usage(request)
         if req.stream:
-            events = self._stream_tools(generation, req, tool_prompt) if tool_prompt else self._stream(generation, req, chat)
+            events = self._stream_tools(choices, req, tool_prompt, log) if tool_prompt else self._stream(choices, req, chat, log)
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
                 # runs also after a disconnect; a stream cancelled while sending (or never started) is
                 # closed here, its answer cancelled, rather than whenever it is garbage-collected
-                background=BackgroundTask(_finish, events, generation),
+                background=BackgroundTask(_finish, events, choices),
             )
-        result = await _while_connected(request, self._collect(generation, req, chat, tool_prompt))
+        result = await _while_connected(request, self._collect(choices, req, chat, tool_prompt, log))
         return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
 
     def _headers(self, generation: Generation, req: ParsedRequest) -> dict[str, str]:
@@ -242,55 +259,62 @@ class Routes:
         headers = self._headers(generation, req)
         shapes = ResponseShapes(generation.request_id, self.model_id, req)
         if req.stream:
-            events = self._stream_response(generation, shapes)
+            events = self._stream_response(generation, shapes, _Usage(request))
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
                 background=BackgroundTask(_finish, events, generation),
             )
-        result = await _while_connected(request, self._collect_response(generation, shapes))
+        result = await _while_connected(request, self._collect_response(generation, shapes, _Usage(request)))
         return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
 
-    async def _collect_response(self, generation: Generation, shapes: ResponseShapes) -> dict[str, Any]:
-        cached = 0
+    async def _collect_response(self, generation: Generation, shapes: ResponseShapes, log: _Usage) -> dict[str, Any]:
         try:
             async for msg in generation.events():
-                if isinstance(msg, p.Stats):
-                    cached = msg.n_prompt_cached
-                elif isinstance(msg, p.Done):
-                    return shapes.complete(msg, cached)
+                log.add(0, msg)
+                if isinstance(msg, p.Done):
+                    return shapes.complete(msg, log.cached)
         finally:
+            log.close()
             generation.close()
         raise ApiError(500, "the engine ended the answer without a result")
 
-    async def _stream_response(self, generation: Generation, shapes: ResponseShapes) -> AsyncGenerator[bytes, None]:
-        cached = 0
+    async def _stream_response(self, generation: Generation, shapes: ResponseShapes, log: _Usage) -> AsyncGenerator[bytes, None]:
         try:
             for event in shapes.opening():
                 yield event
             async for msg in generation.events():
+                log.add(0, msg)
                 if isinstance(msg, p.Token) and msg.text:
                     yield shapes.delta(msg.text)
-                elif isinstance(msg, p.Stats):
-                    cached = msg.n_prompt_cached
                 elif isinstance(msg, p.Done):
-                    for event in shapes.closing(msg, cached):
+                    for event in shapes.closing(msg, log.cached):
                         yield event
         except ApiError as exc:
             # the status line is long gone: the Responses API's own error event
+            log.failed()
             yield shapes.event("error", code=exc.code, message=exc.message, param=exc.param)
         finally:
+            log.close()
             generation.close()
 
     async def embeddings(self, request: Request) -> Response:
+        """POST /v1/embeddings: vectors from the loaded model (engine.serve.embeddings)."""
         self.guard.check(request)
-        raise ApiError(
-            404,
-            f"this server computes no embeddings: it serves the chat model {self.model_id!r}; "
-            "point embedding requests at a server of an embedding model",
-            code="unsupported_endpoint",
-        )
+        req = parse_embeddings(await read_json(request), self.model_id)
+        try:
+            out = await _while_connected(request, self.bridge.embed(req.embed()))
+        except ApiError as exc:
+            if exc.status == 400:
+                exc.param = "input"
+            raise
+        if out is None:
+            return Response(status_code=499)
+        if (entry := entry_of(request.scope)) is not None:
+            entry.usage(sum(out.n_tokens), 0, 0, 0.0)
+            entry.finish = "stop"
+        return JSONResponse(embeddings_response(out, req, self.model_id))
 
     async def _start(self, generate: p.Generate, overflow_param: str) -> Generation:
         generation = await self.bridge.submit(generate)
@@ -306,40 +330,53 @@ class Routes:
         return generation
 
     async def _collect(
-        self, generation: Generation, req: ParsedRequest, chat: bool, tool_prompt: ToolPrompt | None = None
+        self, choices: Choices, req: ParsedRequest, chat: bool, tool_prompt: ToolPrompt | None, log: _Usage
     ) -> dict[str, Any]:
-        logprobs: list[p.TokenLogprob] = []
+        shapes = [Shapes(choices.request_id, self.model_id, chat, req.logprobs, i) for i in range(choices.n)]
+        logprobs: list[list[p.TokenLogprob]] = [[] for _ in range(choices.n)]
+        dones: dict[int, p.Done] = {}
         try:
-            async for msg in generation.events():
+            async for i, msg in choices.events():
+                log.add(i, msg)
                 if isinstance(msg, p.Token):
-                    logprobs += msg.logprobs
+                    logprobs[i] += msg.logprobs
                 elif isinstance(msg, p.Done):
-                    answer = self._parsed(msg.text, tool_prompt, partial=msg.finish_reason != "stop") if tool_prompt else None
-                    return Shapes(generation.request_id, self.model_id, chat, req.logprobs).complete(
-                        msg, logprobs, message(answer) if answer is not None else None
-                    )
+                    dones[i] = msg
         finally:
-            generation.close()
-        raise ApiError(500, "the engine ended the answer without a result")
+            log.close()
+            choices.close()
+        if len(dones) != choices.n:
+            raise ApiError(500, "the engine ended the answer without a result")
+        out = []
+        for i, done in sorted(dones.items()):
+            answer = self._parsed(done.text, tool_prompt, partial=done.finish_reason != "stop") if tool_prompt else None
+            out.append(shapes[i].choice(done, logprobs[i], message(answer) if answer is not None else None))
+        return shapes[0].response(out, [dones[i] for i in sorted(dones)], log.cached)
 
-    async def _stream(self, generation: Generation, req: ParsedRequest, chat: bool) -> AsyncGenerator[bytes, None]:
+    async def _stream(self, choices: Choices, req: ParsedRequest, chat: bool, log: _Usage) -> AsyncGenerator[bytes, None]:
         try:
-            shapes = Shapes(generation.request_id, self.model_id, chat, req.logprobs)
+            shapes = [Shapes(choices.request_id, self.model_id, chat, req.logprobs, i) for i in range(choices.n)]
             if chat:
-                yield _sse(shapes.chunk(first=True))
-            async for msg in generation.events():
+                for each in shapes:
+                    yield _sse(each.chunk(first=True))
+            dones: list[p.Done] = []
+            async for i, msg in choices.events():
+                log.add(i, msg)
                 if isinstance(msg, p.Token) and (msg.text or msg.logprobs):
-                    yield _sse(shapes.chunk(msg.text, logprobs=msg.logprobs if req.logprobs else None))
+                    yield _sse(shapes[i].chunk(msg.text, logprobs=msg.logprobs if req.logprobs else None))
                 elif isinstance(msg, p.Done):
-                    yield _sse(shapes.chunk(finish=msg.finish_reason))
-                    if req.include_usage:
-                        yield _sse(shapes.usage_chunk(msg))
+                    dones.append(msg)
+                    yield _sse(shapes[i].chunk(finish=msg.finish_reason))
+            if req.include_usage and dones:
+                yield _sse(shapes[0].usage_chunk(dones, log.cached))
             yield b"data: [DONE]\n\n"
         except ApiError as exc:
             # the status line is long gone: OpenAI clients raise on an error event
+            log.failed()
             yield _sse(exc.body())
         finally:
-            generation.close()
+            log.close()
+            choices.close()
 
     def _parsed(self, text: str, tool_prompt: ToolPrompt, partial: bool) -> dict[str, Any]:
         """The answer read by the template's parser; a text it cannot read is content."""
@@ -353,17 +390,18 @@ class Routes:
             return {"role": "assistant", "content": text}
 
     async def _stream_tools(
-        self, generation: Generation, req: ParsedRequest, tool_prompt: ToolPrompt
+        self, choices: Choices, req: ParsedRequest, tool_prompt: ToolPrompt, log: _Usage
     ) -> AsyncGenerator[bytes, None]:
-        """A chat answer with tools, streamed: parsed as it grows (llama.cpp's partial parse), sent
-        as OpenAI's content and tool_calls deltas."""
+        """A chat answer with tools (n is 1), streamed: parsed as it grows (llama.cpp's partial parse),
+        sent as OpenAI's content and tool_calls deltas."""
         try:
-            shapes = Shapes(generation.request_id, self.model_id, True, req.logprobs)
+            shapes = Shapes(choices.request_id, self.model_id, True, req.logprobs)
             deltas = DeltaStream()
             # content null, not "": what OpenAI's first chunk says when the answer may be calls only
             yield _sse(shapes.delta_chunk({"role": "assistant", "content": None}))
             text = ""
-            async for msg in generation.events():
+            async for _i, msg in choices.events():
+                log.add(0, msg)
                 if isinstance(msg, p.Token) and (msg.text or msg.logprobs):
                     text += msg.text
                     out = deltas.update(self._parsed(text, tool_prompt, partial=True)) if msg.text else []
@@ -379,12 +417,14 @@ class Routes:
                     reason = FINISH.get(msg.finish_reason, "stop")
                     yield _sse(shapes.delta_chunk({}, "tool_calls" if deltas.calls and reason == "stop" else reason))
                     if req.include_usage:
-                        yield _sse(shapes.usage_chunk(msg))
+                        yield _sse(shapes.usage_chunk(msg, log.cached))
             yield b"data: [DONE]\n\n"
         except ApiError as exc:
+            log.failed()
             yield _sse(exc.body())
         finally:
-            generation.close()
+            log.close()
+            choices.close()
 
 
 def _notice_headers(generation: Generation) -> dict[str, str]:
@@ -395,9 +435,50 @@ def _notice_headers(generation: Generation) -> dict[str, str]:
     return {}
 
 
-async def _finish(events: AsyncGenerator[bytes, None], generation: Generation) -> None:
+async def _finish(events: AsyncGenerator[bytes, None], answer: Generation | Choices) -> None:
     await events.aclose()
-    generation.close()
+    answer.close()
+
+
+class _Usage:
+    """What a request's answer events say for its usage (cached prompt tokens) and its log entry."""
+
+    def __init__(self, request: Request) -> None:
+        self._entry = entry_of(request.scope)
+        self._stats: dict[int, p.Stats] = {}
+        self._dones: dict[int, p.Done] = {}
+        self._finish = ""
+
+    @property
+    def cached(self) -> int:
+        """The prompt's tokens reused from a kept cache: the first choice's (the prompt is counted once)."""
+        stats = self._stats.get(0)
+        return stats.n_prompt_cached if stats else 0
+
+    def add(self, i: int, msg: p.Message) -> None:
+        if isinstance(msg, p.Stats):
+            self._stats[i] = msg
+        elif isinstance(msg, p.Done):
+            self._dones[i] = msg
+
+    def failed(self) -> None:
+        self._finish = "error"
+
+    def close(self) -> None:
+        """The entry's tokens, speed and finish (the middleware writes it once the response ended)."""
+        entry = self._entry
+        if entry is None:
+            return
+        dones = [self._dones[i] for i in sorted(self._dones)]
+        speeds = [s.decode_tok_s for s in self._stats.values() if s.decode_tok_s > 0]
+        prompt = dones[0].n_prompt if dones else next((s.n_prompt for s in self._stats.values()), 0)
+        entry.usage(prompt, sum(d.n_generated for d in dones), self.cached, sum(speeds) / len(speeds) if speeds else 0.0)
+        if self._finish:
+            entry.finish = self._finish
+        elif dones:
+            entry.finish = FINISH.get(dones[0].finish_reason, "stop") if dones[0].finish_reason != "cancelled" else "cancelled"
+        else:
+            entry.finish = "cancelled"
 
 
 async def _api_error(_request: Request, exc: Exception) -> Response:
@@ -416,9 +497,12 @@ def create_app(
     api_key: str | None = None,
     local_only: bool = True,
     allow_origins: Iterable[str] = (),
+    request_log: RequestLog | None = None,
 ) -> Starlette:
+    """request_log: where requests are logged (default: memory only)."""
     guard = Guard(api_key, local_only, allow_origins)
-    routes = Routes(bridge, model_id, guard)
+    log = request_log or RequestLog()
+    routes = Routes(bridge, model_id, guard, log)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -437,8 +521,9 @@ def create_app(
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/responses", routes.responses, methods=["POST"]),
             Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
+            Route("/log/requests", routes.requests, methods=["GET"]),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
-        middleware=[Middleware(Cors, guard=guard)],
+        middleware=[Middleware(RequestLogger, log=log, model=model_id), Middleware(Cors, guard=guard)],
         lifespan=lifespan,
     )

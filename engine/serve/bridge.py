@@ -266,6 +266,27 @@ class EngineBridge:
             raise
         return Generation(self, rid, events)
 
+    async def embed(self, request: p.Embed) -> p.Embeddings:
+        """The worker's embeddings of request's inputs (ApiError for a refusal). No turn is taken: the
+        worker reads the command after the answer it is decoding (or the batch's answers) ends."""
+        self.check_accepting()
+        await self._ensure_ready()
+        rid = request.request_id = request.request_id or uuid.uuid4().hex[:16]
+        events: asyncio.Queue[p.Message] = asyncio.Queue()
+        self._streams[rid] = events
+        try:
+            self._client.send(request)
+            while True:
+                msg = await events.get()
+                if isinstance(msg, p.Embeddings):
+                    return msg
+                if isinstance(msg, p.Error):
+                    raise ApiError.from_worker(msg.kind, msg.message)
+        except WorkerError as exc:
+            raise ApiError.from_worker(exc.kind, str(exc)) from None
+        finally:
+            self._streams.pop(rid, None)
+
     def _end_turn(self, rid: str, finished: bool) -> None:
         self._streams.pop(rid, None)
         if finished or not self._client.alive:

@@ -37,6 +37,8 @@ IGNORED = ("store", "service_tier", "metadata", "user", "prediction")
 # longer than the context with context_length_exceeded; "auto" lets the engine leave old turns out
 TRUNCATION = {"disabled": p.Overflow.REFUSE, "auto": p.Overflow.TRIM}
 TRUNCATED_HEADER = "x-specee-truncated"  # a request with truncation "auto" was trimmed: what was left out
+# `n`: answers per request, at most this many (each one a whole decode: more is a mistake, not a wish)
+MAX_CHOICES = 16
 
 
 @dataclass
@@ -54,6 +56,7 @@ class ParsedRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     tools: ToolRequest | None = None  # tools offered, or calls and results in the history (engine.serve.tools)
+    n: int = 1  # answers (choices) wanted: decoded together where the worker batches, else one after another
 
     @property
     def vanilla_because(self) -> str:
@@ -157,8 +160,8 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
         if body.get(name) not in (None, False, [], ""):
             raise ApiError(400, f"{name} is not supported by this server", param=name, code="unsupported_parameter")
     n = _number(body, "n", integer=True)
-    if n not in (None, 1):
-        raise ApiError(400, "only n=1 is supported (one answer per request)", param="n", code="unsupported_parameter")
+    if n is not None and not 1 <= n <= MAX_CHOICES:
+        raise ApiError(400, f"n must be 1..{MAX_CHOICES} (answers to this request), got {n}", param="n")
     # one model is served: a request that names none gets it (as llama-server and vLLM do); one that
     # names another is told which model this is rather than answered by a model it did not ask for
     model = body.get("model")
@@ -180,6 +183,7 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
         raise ApiError(400, "truncation must be 'disabled' (the default) or 'auto'", param="truncation")
     req = ParsedRequest(model, sampling_from(body, n_ctx), stream, bool(options.get("include_usage")))
     req.on_overflow = TRUNCATION[truncation]
+    req.n = int(n or 1)
     return req
 
 
@@ -273,6 +277,9 @@ def parse_chat(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
 def _tool_chat(body: dict[str, Any], req: ParsedRequest) -> ParsedRequest:
     """A chat with tools: the messages go to llama.cpp's template as OpenAI sent them (checked)."""
     req.tools = parse_tool_request(body)
+    if req.n > 1:
+        raise ApiError(400, "n > 1 is not supported with tools or tool calls here; ask n times", param="n",
+                       code="unsupported_parameter")  # fmt: skip
     req.continue_answer = req.tools.continue_answer
     _chat_logprobs(body, req)
     fmt = body.get("response_format")
@@ -310,11 +317,16 @@ def parse_completion(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
 # -- responses -----------------------------------------------------------------------------------
 
 
-def usage(done: p.Done) -> dict[str, int]:
+def usage(done: p.Done | list[p.Done], cached: int = 0) -> dict[str, Any]:
+    """OpenAI's usage of one answer or of n answers to one prompt: the prompt counted once, the answers'
+    tokens together; cached: the prompt's tokens reused from a kept KV cache (the first answer's)."""
+    dones = done if isinstance(done, list) else [done]
+    n_prompt, n_generated = dones[0].n_prompt, sum(d.n_generated for d in dones)
     return {
-        "prompt_tokens": done.n_prompt,
-        "completion_tokens": done.n_generated,
-        "total_tokens": done.n_prompt + done.n_generated,
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n_generated,
+        "total_tokens": n_prompt + n_generated,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
 
 
@@ -326,8 +338,9 @@ def _token_text(piece: list[int]) -> str:
 class Shapes:
     """The JSON objects of one response (ids and timestamps shared by all its chunks)."""
 
-    def __init__(self, request_id: str, model: str, chat: bool, logprobs: bool = False) -> None:
-        self.chat, self.model, self.logprobs = chat, model, logprobs
+    def __init__(self, request_id: str, model: str, chat: bool, logprobs: bool = False, index: int = 0) -> None:
+        """index: the choice these shapes are of (a request with n > 1 has one Shapes per choice)."""
+        self.chat, self.model, self.logprobs, self.index = chat, model, logprobs, index
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
         self.created = int(time.time())
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -360,28 +373,40 @@ class Shapes:
             self._offset += len(self._utf8.decode(bytes(e.piece)))
         return out
 
-    def _envelope(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
+    def _envelope(self, obj: str, *choices: dict[str, Any]) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": list(choices)}
 
-    def complete(
+    def choice(
         self, done: p.Done, logprobs: list[p.TokenLogprob] | None = None, message: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """The whole response; `message`: the chat answer as parsed (tool calls), else its text."""
+        """This choice of a whole response; `message`: the chat answer as parsed (tool calls), else its text."""
         reason = FINISH.get(done.finish_reason, "stop")
         lp = self._logprobs(logprobs or [])
         if self.chat:
             if message and message.get("tool_calls") and reason == "stop":
                 reason = "tool_calls"
-            choice = {
-                "index": 0,
+            return {
+                "index": self.index,
                 "message": message or {"role": "assistant", "content": done.text},
                 "finish_reason": reason,
                 "logprobs": lp,
             }
-            out = self._envelope("chat.completion", choice)
-        else:
-            out = self._envelope("text_completion", {"index": 0, "text": done.text, "finish_reason": reason, "logprobs": lp})
-        out["usage"] = usage(done)
+        return {"index": self.index, "text": done.text, "finish_reason": reason, "logprobs": lp}
+
+    def complete(
+        self,
+        done: p.Done,
+        logprobs: list[p.TokenLogprob] | None = None,
+        message: dict[str, Any] | None = None,
+        cached: int = 0,
+    ) -> dict[str, Any]:
+        """The whole response of one answer."""
+        return self.response([self.choice(done, logprobs, message)], [done], cached)
+
+    def response(self, choices: list[dict[str, Any]], dones: list[p.Done], cached: int = 0) -> dict[str, Any]:
+        """The whole response with these choices (Shapes.choice of each), in index order."""
+        out = self._envelope("chat.completion" if self.chat else "text_completion", *choices)
+        out["usage"] = usage(dones, cached)
         return out
 
     def chunk(
@@ -397,19 +422,21 @@ class Shapes:
             delta: dict[str, str] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
                 delta["content"] = text
-            return self._envelope("chat.completion.chunk", {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": lp})
-        return self._envelope("text_completion", {"index": 0, "text": text or "", "finish_reason": reason, "logprobs": lp})
+            choice = {"index": self.index, "delta": delta, "finish_reason": reason, "logprobs": lp}
+            return self._envelope("chat.completion.chunk", choice)
+        choice = {"index": self.index, "text": text or "", "finish_reason": reason, "logprobs": lp}
+        return self._envelope("text_completion", choice)
 
     def delta_chunk(
         self, delta: dict[str, Any], finish: str | None = None, logprobs: list[p.TokenLogprob] | None = None
     ) -> dict[str, Any]:
         """A chat chunk with this delta (content, tool_calls) as it is; finish is OpenAI's reason."""
         lp = self._logprobs(logprobs) if logprobs is not None else None
-        return self._envelope("chat.completion.chunk", {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp})
+        choice = {"index": self.index, "delta": delta, "finish_reason": finish, "logprobs": lp}
+        return self._envelope("chat.completion.chunk", choice)
 
-    def usage_chunk(self, done: p.Done) -> dict[str, Any]:
+    def usage_chunk(self, done: p.Done | list[p.Done], cached: int = 0) -> dict[str, Any]:
         """stream_options.include_usage: a last chunk with no choices and the token counts."""
-        out = self._envelope("chat.completion.chunk" if self.chat else "text_completion", {})
-        out["choices"] = []
-        out["usage"] = usage(done)
+        out = self._envelope("chat.completion.chunk" if self.chat else "text_completion")
+        out["usage"] = usage(done, cached)
         return out

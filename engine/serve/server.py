@@ -13,6 +13,7 @@ from engine import protocol as p
 from engine.serve.app import create_app
 from engine.serve.bridge import EngineBridge
 from engine.serve.launcher import base_url
+from engine.serve.request_log import RequestLog, log_path
 from engine.serve.security import bind_problem, is_local
 
 DEFAULT_PORT = 8080
@@ -71,7 +72,8 @@ def serve(
         log(problem)
         return 2
     bridge = EngineBridge(model_path, mode, placement, max_queue=max_queue, log=log, parallel=parallel)
-    app = create_app(bridge, model_id, api_key, local_only=is_local(host), allow_origins=allow_origins)
+    requests = RequestLog(log_path())
+    app = create_app(bridge, model_id, api_key, local_only=is_local(host), allow_origins=allow_origins, request_log=requests)
     url = base_url(host, port)
     log(f"OpenAI-compatible API on {url}/v1 (model id {model_id!r}){'; API key required' if api_key else ''}")
     log(f"try: {example_curl(url, model_id, bool(api_key))}")

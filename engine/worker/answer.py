@@ -128,7 +128,7 @@ class AnswerStream:
 
     def close(self) -> None:
         """The last text, Stats and Done (finish: what ended it; an answer cut short by an error gets an Error instead)."""
-        self._pending += self._utf8.decode(b"", final=True)  # after a stop string, pending is already empty
+        self._utf8.reset()  # a character cut by the end (max_tokens, cancel) is dropped, never shown as U+FFFD
         self.text += self._pending
         if self._unsent or self._pending:
             self._unsent += self._pending

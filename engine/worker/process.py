@@ -118,6 +118,7 @@ def main() -> int:
     from engine.native import build_info
     from engine.placement.machine import backend_report
     from engine.worker.concurrent import ConcurrentAnswers
+    from engine.worker.embeddings import EmbedInputError
     from engine.worker.session import EngineSession, LoadError
 
     try:
@@ -256,6 +257,16 @@ def main() -> int:
                 channel.emit(session.count_tokens(msg))
             except ChatFormatError as exc:
                 channel.emit(p.Error(msg.request_id, p.ErrorKind.BAD_REQUEST, str(exc)))
+        elif isinstance(msg, p.Embed):
+            if session is None:
+                channel.emit(p.Error(msg.request_id, p.ErrorKind.NO_MODEL, "No model is loaded; load one first."))
+                continue
+            try:
+                channel.emit(session.embed(msg))
+            except EmbedInputError as exc:
+                channel.emit(p.Error(msg.request_id, exc.kind, str(exc)))
+            except Exception as exc:
+                channel.emit(refusal(msg.request_id, exc))
         elif isinstance(msg, p.Unload):
             together = batched[0] = None
             if session is not None:

@@ -753,7 +753,7 @@ class EngineSession:
                 finish = p.FinishReason.LENGTH
                 break
         gen.close()
-        pending += utf8.decode(b"", final=True)  # after a stop-string hit, pending is already empty
+        utf8.reset()  # a character cut by the end (max_tokens, cancel) is dropped, never shown as U+FFFD
         text += pending
         if unsent or pending or logprobs:
             emit(p.Token(req.request_id, unsent + pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000, logprobs))
@@ -782,6 +782,17 @@ class EngineSession:
         logprob, top = vanilla.logprobs(tok, n_top)
         alternatives = [p.TopLogprob(t, list(self._piece(t)), lp) for t, lp in top]
         return p.TokenLogprob(tok, list(piece), logprob, alternatives)
+
+    def embed(self, req: p.Embed) -> p.Embeddings:
+        """/v1/embeddings from the loaded model (engine/worker/embeddings.py): a context of its own on
+        the same weights, made at the first request and freed with the model. EmbedInputError for an
+        input that cannot be embedded (empty, too long, not token ids)."""
+        from engine.worker.embeddings import Embedder
+
+        embedder = getattr(self, "_embedder", None)
+        if embedder is None:
+            embedder = self._embedder = Embedder(self.llm, self.n_ctx, self.n_threads)
+        return embedder.embed(req)
 
 
 class _StopReading:
