@@ -265,9 +265,11 @@ class ChatView(QScrollArea):
         if isinstance(app, QApplication):  # Tab onto a code block's Copy (from the message box too) shows it
             app.focusChanged.connect(self._on_focus)
 
-    def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "") -> None:
-        """Cards for messages (then notices); cards whose text did not change are left alone."""
-        items = [(m["role"], m["content"], message_footer(m)) for m in messages]
+    def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "", live: bool = False) -> None:
+        """Cards for messages (then notices); cards whose text did not change are left alone. live:
+        the last message is the answer being written now."""
+        last = len(messages) - 1
+        items = [(m["role"], m["content"], message_footer(m, live and i == last)) for i, m in enumerate(messages)]
         # the engine's words after the chat: an error ("**Title:** what to do") or a notice
         items += [("error" if n.startswith("**") else "notice", n, []) for n in notices]
         for i, (role, content, footer) in enumerate(items):

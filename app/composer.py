@@ -8,6 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QFrame,
     QHBoxLayout,
@@ -148,15 +149,30 @@ class Composer(QWidget):
         with an answer, the chat has a question to edit, the last answer can go on, the question
         being edited (its text as it stands in the chat; "" when none is)."""
         idle = not busy and loaded
-        self.stop_button.setEnabled(busy)
-        self.send_button.setEnabled(idle)
+        enabled = {
+            self.stop_button: busy,
+            self.send_button: idle,
+            # with no engine answering (it crashed), Regenerate and Continue restart it, as the
+            # interrupted answer's footer offers
+            self.regen_button: not busy and has_answer and (loaded or can_continue),
+            self.edit_button: not busy and has_question,
+            self.copy_button: has_answer,  # nothing to copy in an empty chat
+        }
+        shown = {self.continue_button: not busy and can_continue, self.edit_row: bool(editing)}
+        focused = QApplication.focusWidget()
+        if focused is not None and (
+            enabled.get(focused) is False or any(not on and w.isAncestorOf(focused) for w, on in shown.items())
+        ):
+            # the button pressed goes away (Stop once the answer ends): the message box takes the
+            # focus first, before Qt hands it to the next widget in the chain (a card's Copy,
+            # which scrolled the chat to the top) where Space would press it
+            self.input.setFocus()
+        for w, on in enabled.items():
+            w.setEnabled(on)
         self.send_button.setText("Send edit" if editing else "Send")  # the accessible name stays "Send"
-        self.regen_button.setEnabled(idle and has_answer)
-        self.edit_button.setEnabled(not busy and has_question)
-        self.continue_button.setVisible(not busy and can_continue)  # a stopped engine restarts to continue
         if editing:
             short = " ".join(editing.split())
             short = short if len(short) <= 48 else short[:47] + "…"
             self.edit_note.setText(f"Editing “{short}”: Send branches the chat there; the current version is kept.")
-        self.edit_row.setVisible(bool(editing))
-        self.copy_button.setEnabled(has_answer)  # nothing to copy in an empty chat
+        for w, on in shown.items():
+            w.setVisible(on)

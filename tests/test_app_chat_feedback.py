@@ -1,0 +1,125 @@
+"""What the chat says while and after it answers, and where the focus goes (issue 45, tried under a
+virtual display): a live answer says it is being written (only one that really ended interrupted
+says so), Stop and Restart engine hand the focus back to the message box without scrolling the chat,
+Continue's footer counts the whole answer, and Regenerate works after a crash as the footer offers.
+The real window, offscreen, with the real worker and default model."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from app.main_window import MainWindow
+from engine import protocol as p
+from engine.chats.store import ConversationStore
+from tests.conftest import loaded_window
+
+LEFT = Qt.MouseButton.LeftButton
+
+
+@pytest.fixture
+def win(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+    """The real window and worker at its default size, active (keys and focus need it)."""
+    with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(400), store=store) as w:
+        w.resize(*MainWindow.DEFAULT_SIZE)
+        w.activateWindow()
+        qtbot.waitExposed(w)
+        w.input.setFocus()
+        qtbot.waitUntil(lambda: QApplication.focusWidget() is w.input)
+        yield w
+
+
+def scrolling_chat(store: ConversationStore) -> str:
+    """A chat a few screens long at the default size, short enough for the model to read quickly."""
+    conv = store.create("dragons", "", {})
+    for i in range(6):
+        store.append(conv.id, "user", f"Question {i}: what do dragons eat?")
+        store.append(conv.id, "assistant", "\n\n".join(f"Part {j}: dragons eat what they find." for j in range(6)))
+    return conv.id
+
+
+def footer(win: MainWindow) -> list[str]:
+    """The lines under the last message (the notices after it have cards of their own)."""
+    return win.view.cards[len(win.messages) - 1].footer_lines
+
+
+def press(qtbot, button) -> None:  # type: ignore[no-untyped-def]
+    """A keyboard user's press: the button has the focus, Space clicks it."""
+    button.setFocus()
+    assert QApplication.focusWidget() is button
+    qtbot.keyClick(button, Qt.Key.Key_Space)
+
+
+def test_a_live_answer_says_it_is_written_and_stop_keeps_focus_and_place(qtbot, win: MainWindow, store) -> None:  # type: ignore[no-untyped-def]
+    """Items 1, 3 and 5: '[interrupted: Continue or Regenerate]' showed under the answer for its whole
+    stream; after Stop the focus went to the first card's Copy and the chat scrolled to the top;
+    after Continue the footer kept the token count of the part before."""
+    conv_id = scrolling_chat(store)  # a chat that runs screens long: a jump to the top shows
+    win.sidebar.refresh()
+    win.sidebar.select(conv_id)
+    assert win.conv_id == conv_id
+    win.input.setFocus()
+    win.input.setPlainText("Tell me a long story about a dragon.")
+    qtbot.keyClick(win.input, Qt.Key.Key_Return)
+    assert win.request_id
+    seen: list[list[str]] = [footer(win)]  # from before the first token (the prompt being read) on
+    win.bridge.event.connect(lambda m: isinstance(m, p.Token | p.Stats) and seen.append(footer(win)))
+    qtbot.waitUntil(lambda: len(win.answer) > 40 and "tok/s" in " ".join(footer(win)), timeout=60_000)
+    assert all("[writing…]" in lines for lines in seen), seen
+    assert not any("interrupted" in line for lines in seen for line in lines), seen
+    bar = win.view.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()  # it follows the end
+    press(qtbot, win.stop_button)
+    qtbot.waitUntil(lambda: not win.request_id, timeout=60_000)
+    qtbot.wait(100)  # any focus change and scrolling it brings happen in this event loop turn
+    assert QApplication.focusWidget() is win.input
+    assert bar.value() == bar.maximum() > 0, "the chat scrolled away from the end"
+    assert "[stopped: Continue writes more]" in footer(win) and "[writing…]" not in footer(win)
+
+    before = win.messages[-1]["stats"]["n_generated"]
+    assert f"{before} tokens" in footer(win)[0]
+    win.sampling = p.Sampling.greedy(8)
+    qtbot.mouseClick(win.continue_button, LEFT)
+    assert "[writing…]" in footer(win)
+    qtbot.waitUntil(lambda: not win.request_id, timeout=60_000)
+    total = int(re.search(r"(\d+) tokens", footer(win)[0]).group(1))  # type: ignore[union-attr]
+    assert total == before + 8, footer(win)  # the whole answer: the part before and the 8 tokens Continue wrote
+    assert store.get(win.conv_id).messages[-1].stats["n_generated"] == total  # as reopened later
+
+
+def test_after_a_crash_regenerate_restarts_the_engine_and_restart_keeps_the_focus_home(qtbot, win: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    """Items 1, 3 and 5: the interrupted answer offers Regenerate, which was greyed; after Restart
+    engine the focus landed on Serve API, where Space would start the server."""
+    win.input.setPlainText("Tell me a long story about a dragon.")
+    qtbot.keyClick(win.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(win.answer) > 20, timeout=60_000)
+    os.kill(win.bridge.client.pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: win.restart_button.isVisible(), timeout=30_000)
+    assert "[interrupted: Continue or Regenerate]" in footer(win) and "[writing…]" not in footer(win)
+    first_id = win.messages[-1]["id"]
+    assert win.regen_button.isEnabled(), "Regenerate is offered: it must be enabled"
+    win.sampling = p.Sampling.greedy(8)
+    qtbot.mouseClick(win.regen_button, LEFT)  # not Restart engine: Regenerate restarts it
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=90_000)
+    qtbot.waitUntil(lambda: not win.request_id and win.messages[-1]["id"] != first_id, timeout=60_000)
+    assert win.messages[-1]["content"] and win.messages[-1]["finish"] == "length"
+    assert win.view.cards[len(win.messages) - 1].actions.version_label.text() == "2/2"  # type: ignore[union-attr]
+    assert "[interrupted" not in win.transcript()
+
+    win.sampling = p.Sampling.greedy(400)
+    win.input.setPlainText("Tell me another long story.")
+    qtbot.keyClick(win.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(win.answer) > 20, timeout=60_000)
+    os.kill(win.bridge.client.pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: win.restart_button.isVisible(), timeout=30_000)
+    press(qtbot, win.restart_button)
+    assert not win.restart_button.isVisible()
+    assert QApplication.focusWidget() is win.input, QApplication.focusWidget()
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=90_000)
+    assert QApplication.focusWidget() is win.input and not win.serve_switch.serving
