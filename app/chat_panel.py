@@ -109,9 +109,22 @@ class ChatPanel(QWidget):
         self._show_generation()
         self.set_busy(False)
         self.render()
-        self.view.scroll_to_end()  # a chat opens on its last message
+        hit = self._best_match(match)
+        if hit is None:
+            self.view.scroll_to_end()  # a chat opens on its last message
+        else:
+            self.view.show_match(hit, match)  # ... or, opened from a search, on the message that matched
         self._recount()
         return True
+
+    def _best_match(self, query: str) -> int | None:
+        """The index of the shown message that matches query best (None: none does, or no query)."""
+        store, conv_id = self.chat.store, self.chat.conv_id
+        if not query.strip() or store is None or conv_id is None:
+            return None
+        rank = {msg_id: r for r, msg_id in enumerate(store.matches(conv_id, query))}
+        shown = [(rank[m["id"]], i) for i, m in enumerate(self.chat.messages) if m.get("id") in rank]
+        return min(shown)[1] if shown else None
 
     def _on_preset(self, name: str) -> None:
         if name in SAMPLING_PRESETS and name != self.chat.generation.preset:

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.rename_delegate import RenameDelegate
+from app.search_snippet import MARK, SNIPPET_ROLE, SearchResultDelegate, snippet_text
 from engine.atomic import write_text_atomic
 from engine.chats.store import ConversationStore, StoreError
 
@@ -56,7 +56,8 @@ class ConversationSidebar(QWidget):
         self.setMinimumWidth(200)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.list.setItemDelegate(RenameDelegate(self.list))  # the rename box is never clipped
+        # the rename box is never clipped; a search result shows the words that matched under its title
+        self.list.setItemDelegate(SearchResultDelegate(self.list))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 10, 10, 10)
         layout.addWidget(self.new_button)
@@ -86,20 +87,23 @@ class ConversationSidebar(QWidget):
         current = current or self.current_id()
         query = self.search.text().strip()
         convs = self.store.list()
+        snippets: dict[str, str] = {}  # a result's best match, a few words around it
         if query:
-            order = []
-            for conv_id, _snippet in self.store.search(query):
-                if conv_id not in order:
-                    order.append(conv_id)
+            for conv_id, snippet in self.store.search(query, MARK):
+                snippets.setdefault(conv_id, snippet)
             by_id = {c.id: c for c in convs}
-            convs = [by_id[i] for i in order if i in by_id] + [
-                c for c in convs if query.lower() in c.title.lower() and c.id not in order
+            convs = [by_id[i] for i in snippets if i in by_id] + [
+                c for c in convs if query.lower() in c.title.lower() and c.id not in snippets
             ]
         self._filling = True
         self.list.clear()
         for c in convs:
             item = QListWidgetItem(c.title)
             item.setData(Qt.ItemDataRole.UserRole, c.id)
+            if snippet := snippets.get(c.id, ""):
+                item.setData(SNIPPET_ROLE, snippet)
+                item.setToolTip(snippet_text(snippet))
+                item.setData(Qt.ItemDataRole.AccessibleDescriptionRole, snippet_text(snippet))
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
             if c.id == current:

@@ -123,3 +123,51 @@ def test_after_a_crash_regenerate_restarts_the_engine_and_restart_keeps_the_focu
     assert QApplication.focusWidget() is win.input, QApplication.focusWidget()
     qtbot.waitUntil(lambda: win.model_loaded, timeout=90_000)
     assert QApplication.focusWidget() is win.input and not win.serve_switch.serving
+
+
+@pytest.fixture
+def idle(qtbot, tmp_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+    """The real window with no engine (what it shows of stored chats), at its default size, active."""
+    w = MainWindow(model_path=tmp_path / "none.gguf", store=store)
+    qtbot.addWidget(w)
+    w.resize(*MainWindow.DEFAULT_SIZE)
+    w.show()
+    w.activateWindow()
+    qtbot.waitExposed(w)
+    yield w
+    w.close()
+
+
+def test_a_search_result_shows_its_snippet_and_opens_on_the_matching_message(qtbot, idle: MainWindow, store) -> None:  # type: ignore[no-untyped-def]
+    """Item 4: a search result was a bare title, and opening it showed the chat's end, not the match."""
+    conv = store.create("Lighthouse stories", "", {})
+    for i in range(8):
+        store.append(conv.id, "user", f"Question {i}: tell me more about the keeper.")
+        said = "In the evenings the keeper played the violin to the gulls." if i == 1 else "The keeper kept the lamp lit."
+        store.append(conv.id, "assistant", "\n\n".join([f"Part {i}: the keeper climbed the stairs again."] * 4 + [said]))
+    store.create("Another chat", "", {})
+    idle.sidebar.refresh()
+    plain_row = idle.sidebar.list.sizeHintForRow(0)
+    qtbot.keyClicks(idle.sidebar.search, "violin")
+    row = idle.sidebar.list.item(0)
+    assert idle.sidebar.list.count() == 1 and row.text() == "Lighthouse stories"  # the title stays the row's text
+    assert "keeper played the violin" in row.toolTip(), row.toolTip()
+    assert idle.sidebar.list.sizeHintForRow(0) > plain_row  # a line for the snippet under the title
+    idle.sidebar.list.grab()  # it paints
+    qtbot.keyClick(idle.sidebar.search, Qt.Key.Key_Return)
+    assert idle.conv_id == conv.id
+    matched = idle.view.cards[3]  # the second answer said it
+    assert idle.view.matched == 3 and matched.property("match") and "violin" in matched.plain_text()
+    qtbot.wait(50)  # the cards settle
+    viewport = idle.view.viewport()
+    top = matched.mapTo(viewport, matched.rect().topLeft()).y()
+    assert 0 <= top < viewport.height() // 3, top  # near the top of the view, whole or from its start
+    last = idle.view.cards[-1]
+    assert last.mapTo(viewport, last.rect().topLeft()).y() > viewport.height()  # not at the chat's end
+    # opened without a search: at its end, nothing highlighted
+    idle.sidebar.search.clear()
+    idle.new_conversation()
+    idle.sidebar.select(conv.id)
+    bar = idle.view.verticalScrollBar()
+    assert idle.view.matched is None and not any(c.property("match") for c in idle.view.cards)
+    assert bar.value() == bar.maximum() > 0
