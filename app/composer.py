@@ -6,7 +6,7 @@ and Send/Stop. It only draws and says what was asked; the window acts on it."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QKeyEvent, QKeySequence
+from PySide6.QtGui import QFocusEvent, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -60,10 +60,30 @@ class PromptEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+class SystemPromptEdit(QLineEdit):
+    """The chat's system prompt on one line, where it rarely fits: unless it is being edited it
+    shows its start (setText and typing leave the cursor at the end, which scrolled the start out
+    of view); the whole prompt is in the tooltip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.textChanged.connect(self.setToolTip)
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setCursorPosition(0)
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:
+        super().focusOutEvent(event)
+        # left for another control, not for a menu or another window (the edit goes on there)
+        if event.reason() not in (Qt.FocusReason.PopupFocusReason, Qt.FocusReason.ActiveWindowFocusReason):
+            self.setCursorPosition(0)
+
+
 class Composer(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.system_edit = QLineEdit()
+        self.system_edit = SystemPromptEdit()
         self.system_edit.setPlaceholderText("System prompt for this chat (optional)")
         self.system_edit.setAccessibleName("System prompt")
         self.preset = QComboBox()

@@ -171,3 +171,39 @@ def test_a_search_result_shows_its_snippet_and_opens_on_the_matching_message(qtb
     bar = idle.view.verticalScrollBar()
     assert idle.view.matched is None and not any(c.property("match") for c in idle.view.cards)
     assert bar.value() == bar.maximum() > 0
+
+
+def test_version_arrows_system_prompt_and_undo_label_read_and_click_well(qtbot, idle: MainWindow, store) -> None:  # type: ignore[no-untyped-def]
+    """Item 5: the version arrows were 19x17 px; the system prompt showed the end of its text; the
+    Undo button's label was cut at the sidebar's width."""
+    idle.set_theme("light")  # the app's stylesheet, as at startup
+    prompt = "You are a lighthouse keeper from Cornwall who answers every question briefly, kindly and in rhyme."
+    conv = store.create("A very long conversation title about lighthouse keepers and their violins", prompt, {})
+    q = store.append(conv.id, "user", "Q")
+    store.append(conv.id, "assistant", "First answer", parent=q)
+    store.append(conv.id, "assistant", "Second answer", parent=q)
+    idle.sidebar.refresh()
+    idle.sidebar.select(conv.id)
+    qtbot.wait(50)
+    pager = idle.view.cards[1].actions
+    assert pager is not None and pager.version_label.text() == "2/2"
+    for arrow in (pager.prev_button, pager.next_button):
+        assert arrow.width() >= 24 and arrow.height() >= 24, arrow.size()  # WCAG 2.5.8's minimum target
+
+    edit = idle.system_edit
+    assert edit.text() == prompt and edit.cursorPosition() == 0 and edit.toolTip() == prompt  # its start shows
+    assert edit.cursorRect().left() < 20
+    edit.setFocus()
+    edit.end(False)
+    qtbot.keyClicks(edit, " Always.")
+    qtbot.keyClick(edit, Qt.Key.Key_Tab)  # left for the next control: its start shows again
+    assert edit.text() == prompt + " Always." and edit.cursorPosition() == 0
+    assert store.get(conv.id).system_prompt == prompt + " Always."
+
+    idle.sidebar.delete(conv.id)
+    undo = idle.sidebar.undo_button
+    assert undo.isVisible() and undo.text().endswith("(Ctrl+Z)") and "“A very" in undo.text() and "…" in undo.text()
+    assert undo.sizeHint().width() <= undo.width(), (undo.text(), undo.sizeHint().width(), undo.width())
+    assert conv.title in undo.toolTip()
+    qtbot.mouseClick(undo, LEFT)
+    assert idle.conv_id == conv.id and not undo.isVisible()
