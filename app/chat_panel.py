@@ -26,7 +26,7 @@ EMPTY_HINT = "Ask anything.\n\nEnter sends, Shift+Enter adds a line, Ctrl+N star
 class ChatPanel(QWidget):
     started = Signal(bool)  # a request went out; True: it opened a new conversation
     refused = Signal(str)  # why a chat cannot be left now (an answer streams)
-    engine_wanted = Signal()  # Continue was asked while the engine is down: (re)start it, the answer goes on after
+    engine_wanted = Signal()  # Continue or Regenerate was asked while the engine is down: (re)start it, the answer goes on after
     reload_wanted = Signal()  # the chat asks for another context length than the local model has: load it again
 
     def __init__(self, chat: ChatSession, send: Callable[[p.Message], bool], parent: QWidget | None = None) -> None:
@@ -35,7 +35,8 @@ class ChatPanel(QWidget):
         self.chat = chat
         self._send = send
         self.loaded = False  # a model answers: requests may go out
-        self.pending_continue: tuple = ()  # (chat, answer) Continue was asked for while no model answered
+        # what was asked while no model answered ("continue" or "regenerate", the chat, the answer): done once one does
+        self.pending: tuple = ()
         self.view = ChatView()
         self.composer = Composer()
         self.files = AttachmentBar()  # Attach file…, the next message's files, Generation…
@@ -108,9 +109,22 @@ class ChatPanel(QWidget):
         self._show_generation()
         self.set_busy(False)
         self.render()
-        self.view.scroll_to_end()  # a chat opens on its last message
+        hit = self._best_match(match)
+        if hit is None:
+            self.view.scroll_to_end()  # a chat opens on its last message
+        else:
+            self.view.show_match(hit, match)  # ... or, opened from a search, on the message that matched
         self._recount()
         return True
+
+    def _best_match(self, query: str) -> int | None:
+        """The index of the shown message that matches query best (None: none does, or no query)."""
+        store, conv_id = self.chat.store, self.chat.conv_id
+        if not query.strip() or store is None or conv_id is None:
+            return None
+        rank = {msg_id: r for r, msg_id in enumerate(store.matches(conv_id, query))}
+        shown = [(rank[m["id"]], i) for i, m in enumerate(self.chat.messages) if m.get("id") in rank]
+        return min(shown)[1] if shown else None
 
     def _on_preset(self, name: str) -> None:
         if name in SAMPLING_PRESETS and name != self.chat.generation.preset:
@@ -263,18 +277,21 @@ class ChatPanel(QWidget):
         if not self.chat.can_continue:
             return
         if not self.loaded:
-            self.pending_continue = self._last_answer()
+            self.pending = ("continue", *self._last_answer())
             self.engine_wanted.emit()
             return
-        self.pending_continue = ()
+        self.pending = ()
         if self._request(self.chat.continue_answer()):
             self.started.emit(False)
 
     def engine_ready(self) -> None:
-        """A model answers now: a Continue asked while none did goes on (if that answer is still shown)."""
-        if self.pending_continue and self.pending_continue == self._last_answer():
-            self.continue_answer()
-        self.pending_continue = ()
+        """A model answers now: a Continue or Regenerate asked while none did goes on (if that answer is still shown)."""
+        pending, self.pending = self.pending, ()
+        if pending and pending[1:] == self._last_answer():
+            if pending[0] == "continue":
+                self.continue_answer()
+            else:
+                self.regenerate()
         self._check_context()  # the chat shown changed while the model loaded: load it with this one's
         self._count()  # the files are counted again against this model's context
 
@@ -282,7 +299,16 @@ class ChatPanel(QWidget):
         return (self.chat.conv_id, self.chat.messages[-1].get("id")) if self.chat.messages else ()
 
     def regenerate(self) -> None:
-        if self.loaded and self._request(self.chat.regenerate()):
+        """A new version of the last answer. With no engine answering (it crashed), it is started
+        and the answer is written again then."""
+        if not self.chat.can_regenerate:
+            return
+        if not self.loaded:
+            self.pending = ("regenerate", *self._last_answer())
+            self.engine_wanted.emit()
+            return
+        self.pending = ()
+        if self._request(self.chat.regenerate()):
             self.started.emit(False)
 
     def stop_answer(self) -> None:
@@ -367,13 +393,13 @@ class ChatPanel(QWidget):
             self.composer.input.setPlainText(self.chat.restored_question)  # nothing typed is lost
             self.chat.restored_question = ""
             self._show_files()  # nor any file sent with it
-        self.pending_continue = ()
+        self.pending = ()
         self.set_busy(False)
         self.render()
 
     def render(self) -> None:
         notices = [n for n in self.chat.notices if n != "[stopped]"]  # the answer's footer says it, and stays
-        self.view.show_conversation(self.chat.messages, notices, EMPTY_HINT)
+        self.view.show_conversation(self.chat.messages, notices, EMPTY_HINT, live=self.chat.streaming)
 
     def set_busy(self, busy: bool) -> None:
         messages = self.chat.messages

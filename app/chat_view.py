@@ -5,7 +5,9 @@ reader's scroll position is kept unless they were following the end."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt, Signal
+import re
+
+from PySide6.QtCore import QEvent, QPoint, Qt, Signal
 from PySide6.QtGui import QFontDatabase, QTextBlockFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QApplication,
@@ -258,6 +260,11 @@ class ChatView(QScrollArea):
         # reader who scrolled up stays where they are.
         self.following = True
         self._moving = False
+        # a search hit opened: its card is highlighted and kept at the top as the cards settle (until
+        # the reader scrolls); None: none is
+        self.matched: int | None = None
+        self._match_block: QWidget | None = None  # the block of its text that matched
+        self._pinned = False
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range)
         bar.valueChanged.connect(self._on_scrolled)
@@ -265,9 +272,11 @@ class ChatView(QScrollArea):
         if isinstance(app, QApplication):  # Tab onto a code block's Copy (from the message box too) shows it
             app.focusChanged.connect(self._on_focus)
 
-    def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "") -> None:
-        """Cards for messages (then notices); cards whose text did not change are left alone."""
-        items = [(m["role"], m["content"], message_footer(m)) for m in messages]
+    def show_conversation(self, messages: list[dict], notices: list[str], hint: str = "", live: bool = False) -> None:
+        """Cards for messages (then notices); cards whose text did not change are left alone. live:
+        the last message is the answer being written now."""
+        last = len(messages) - 1
+        items = [(m["role"], m["content"], message_footer(m, live and i == last)) for i, m in enumerate(messages)]
         # the engine's words after the chat: an error ("**Title:** what to do") or a notice
         items += [("error" if n.startswith("**") else "notice", n, []) for n in notices]
         for i, (role, content, footer) in enumerate(items):
@@ -291,8 +300,50 @@ class ChatView(QScrollArea):
 
     def scroll_to_end(self) -> None:
         """Show the end and follow it from now on (a chat opened, a question sent)."""
+        self._highlight(None)
         self.following = True
         self._to_end()
+
+    def show_match(self, index: int, query: str = "") -> None:
+        """Show cards[index], a search hit, highlighted (instead of the chat's end): from its top, or
+        from the block of it that holds query's words when that is further down a long message."""
+        self._highlight(index)
+        words = [re.compile(rf"\b{re.escape(w)}", re.I) for w in query.split()]
+        card = self.cards[index]
+        # the first block with the most of its words (a search matches them all, each maybe elsewhere)
+        blocks = enumerate(zip(card.segments, card.widgets, strict=True))
+        found = [(sum(bool(r.search(seg.text)) for r in words), -i, w) for i, (seg, w) in blocks]
+        best = max(found, key=lambda f: f[:2], default=None)
+        self._match_block = best[2] if best and best[0] else None
+        self.following, self._pinned = False, True
+        self._to_match()
+
+    def _to_match(self) -> None:
+        if self.matched is None:
+            return
+        card = self.cards[self.matched]
+        self._settle()
+        y = card.mapTo(self.widget(), QPoint(0, 0)).y() - 12
+        block = self._match_block
+        if block is not None and block in card.widgets:
+            below = block.mapTo(self.widget(), QPoint(0, 0)).y() - 24
+            if below - y > self.viewport().height() // 2:  # the card's top would leave the match out of view
+                y = below
+        self._moving = True
+        self.verticalScrollBar().setValue(y)
+        self._moving = False
+
+    def _highlight(self, index: int | None) -> None:
+        """The card of a search hit gets the focus ring's colour around it (one card at a time)."""
+        if self.matched is not None and self.matched < len(self.cards):
+            old = self.cards[self.matched]
+            old.setProperty("match", False)
+            old.setStyleSheet("")
+        self.matched, self._pinned = index, False
+        if index is not None:
+            card = self.cards[index]
+            card.setProperty("match", True)
+            card.setStyleSheet(f"#{card.objectName()} {{ border: 2px solid palette(highlight); }}")
 
     def _to_end(self) -> None:
         bar = self.verticalScrollBar()
@@ -315,10 +366,13 @@ class ChatView(QScrollArea):
     def _on_range(self, _minimum: int, _maximum: int) -> None:
         if self.following:
             self._to_end()
+        elif self._pinned:
+            self._to_match()
 
     def _on_scrolled(self, value: int) -> None:
         if not self._moving:  # the reader moved (wheel, keys, the bar): follow only from the end
             self.following = value >= self.verticalScrollBar().maximum() - 4
+            self._pinned = False
 
     def set_dark(self, dark: bool) -> None:
         self.dark = dark
@@ -332,6 +386,8 @@ class ChatView(QScrollArea):
             card.actions.page_requested.connect(lambda step: self.action.emit("page", i, step))
 
     def _drop_cards_from(self, i: int) -> None:
+        if self.matched is not None and self.matched >= i:
+            self._highlight(None)
         for card in self.cards[i:]:
             self.column.removeWidget(card)
             card.deleteLater()

@@ -6,8 +6,9 @@ and Send/Stop. It only draws and says what was asked; the window acts on it."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QKeyEvent, QKeySequence
+from PySide6.QtGui import QFocusEvent, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QFrame,
     QHBoxLayout,
@@ -59,10 +60,30 @@ class PromptEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+class SystemPromptEdit(QLineEdit):
+    """The chat's system prompt on one line, where it rarely fits: unless it is being edited it
+    shows its start (setText and typing leave the cursor at the end, which scrolled the start out
+    of view); the whole prompt is in the tooltip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.textChanged.connect(self.setToolTip)
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setCursorPosition(0)
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:
+        super().focusOutEvent(event)
+        # left for another control, not for a menu or another window (the edit goes on there)
+        if event.reason() not in (Qt.FocusReason.PopupFocusReason, Qt.FocusReason.ActiveWindowFocusReason):
+            self.setCursorPosition(0)
+
+
 class Composer(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.system_edit = QLineEdit()
+        self.system_edit = SystemPromptEdit()
         self.system_edit.setPlaceholderText("System prompt for this chat (optional)")
         self.system_edit.setAccessibleName("System prompt")
         self.preset = QComboBox()
@@ -148,15 +169,30 @@ class Composer(QWidget):
         with an answer, the chat has a question to edit, the last answer can go on, the question
         being edited (its text as it stands in the chat; "" when none is)."""
         idle = not busy and loaded
-        self.stop_button.setEnabled(busy)
-        self.send_button.setEnabled(idle)
+        enabled = {
+            self.stop_button: busy,
+            self.send_button: idle,
+            # with no engine answering (it crashed), Regenerate and Continue restart it, as the
+            # interrupted answer's footer offers
+            self.regen_button: not busy and has_answer and (loaded or can_continue),
+            self.edit_button: not busy and has_question,
+            self.copy_button: has_answer,  # nothing to copy in an empty chat
+        }
+        shown = {self.continue_button: not busy and can_continue, self.edit_row: bool(editing)}
+        focused = QApplication.focusWidget()
+        if focused is not None and (
+            enabled.get(focused) is False or any(not on and w.isAncestorOf(focused) for w, on in shown.items())
+        ):
+            # the button pressed goes away (Stop once the answer ends): the message box takes the
+            # focus first, before Qt hands it to the next widget in the chain (a card's Copy,
+            # which scrolled the chat to the top) where Space would press it
+            self.input.setFocus()
+        for w, on in enabled.items():
+            w.setEnabled(on)
         self.send_button.setText("Send edit" if editing else "Send")  # the accessible name stays "Send"
-        self.regen_button.setEnabled(idle and has_answer)
-        self.edit_button.setEnabled(not busy and has_question)
-        self.continue_button.setVisible(not busy and can_continue)  # a stopped engine restarts to continue
         if editing:
             short = " ".join(editing.split())
             short = short if len(short) <= 48 else short[:47] + "…"
             self.edit_note.setText(f"Editing “{short}”: Send branches the chat there; the current version is kept.")
-        self.edit_row.setVisible(bool(editing))
-        self.copy_button.setEnabled(has_answer)  # nothing to copy in an empty chat
+        for w, on in shown.items():
+            w.setVisible(on)

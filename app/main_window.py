@@ -153,6 +153,8 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
         return p.Load(path, placement, mode=s.mode, kv_disk_budget=s.kv_disk_gb * 1024**3)
 
     def start_engine(self) -> None:
+        if self.restart_button.hasFocus():  # the message box takes it: Qt gave it to the next
+            self.input.setFocus()  # button in the header (Serve API, where Space would start the server)
         self.restart_button.setVisible(False)
         self.model_loaded = False
         self.panel.set_busy(False)
@@ -319,10 +321,10 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
         self.panel.engine_ready()  # a Continue asked while the engine was down goes on now
 
     def _continue_needs_engine(self) -> None:
-        """Continue after the engine stopped: restart it (the answer goes on once the model is back)."""
+        """Continue or Regenerate after the engine stopped: restart it (the answer goes on once the model is back)."""
         if self.restart_button.isVisible():
             self.start_engine()
-            self.status.say("Restarting the engine to continue the answer…")
+            self.status.say("Restarting the engine for the answer…")
         else:
             self.status.say("The answer goes on once the model has loaded…")
 

@@ -4,8 +4,10 @@ what was asked; the chat pane acts on it through the ChatSession."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
+
+ARROW_SIZE = QSize(28, 26)  # px: the version arrows' click target (at least 24x24, as WCAG 2.5.8 asks)
 
 
 def _small(text: str, name: str, tip: str) -> QPushButton:
@@ -28,6 +30,9 @@ class MessageActions(QWidget):
         what = "question" if role == "user" else "answer"
         self.prev_button = _small("‹", f"Previous version of this {what}", "Show the previous version")
         self.next_button = _small("›", f"Next version of this {what}", "Show the next version")
+        for arrow in (self.prev_button, self.next_button):  # a comfortable target, not an 11px glyph
+            arrow.setStyleSheet("font-size: 20px; padding: 0px;")
+            arrow.setMinimumSize(ARROW_SIZE)
         self.version_label = QLabel()
         self.version_label.setObjectName("cardVersion")
         self.version_label.setAccessibleName(f"Version of this {what}")

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.rename_delegate import RenameDelegate
+from app.search_snippet import MARK, SNIPPET_ROLE, SearchResultDelegate, snippet_text
 from engine.atomic import write_text_atomic
 from engine.chats.store import ConversationStore, StoreError
 
@@ -49,14 +49,17 @@ class ConversationSidebar(QWidget):
         self.undo_button.setAccessibleName("Undo delete")
         self.undo_button.setVisible(False)
         self.undo_button.clicked.connect(self.undo_delete)
+        self.undo_button.installEventFilter(self)  # its label is fitted to its width
         self._trashed: str | None = None
+        self._trashed_title = ""
         # the window's left column: its own background (the theme's #sidebar), long titles elided
         self.setObjectName("sidebar")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.setMinimumWidth(200)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.list.setItemDelegate(RenameDelegate(self.list))  # the rename box is never clipped
+        # the rename box is never clipped; a search result shows the words that matched under its title
+        self.list.setItemDelegate(SearchResultDelegate(self.list))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 10, 10, 10)
         layout.addWidget(self.new_button)
@@ -86,20 +89,23 @@ class ConversationSidebar(QWidget):
         current = current or self.current_id()
         query = self.search.text().strip()
         convs = self.store.list()
+        snippets: dict[str, str] = {}  # a result's best match, a few words around it
         if query:
-            order = []
-            for conv_id, _snippet in self.store.search(query):
-                if conv_id not in order:
-                    order.append(conv_id)
+            for conv_id, snippet in self.store.search(query, MARK):
+                snippets.setdefault(conv_id, snippet)
             by_id = {c.id: c for c in convs}
-            convs = [by_id[i] for i in order if i in by_id] + [
-                c for c in convs if query.lower() in c.title.lower() and c.id not in order
+            convs = [by_id[i] for i in snippets if i in by_id] + [
+                c for c in convs if query.lower() in c.title.lower() and c.id not in snippets
             ]
         self._filling = True
         self.list.clear()
         for c in convs:
             item = QListWidgetItem(c.title)
             item.setData(Qt.ItemDataRole.UserRole, c.id)
+            if snippet := snippets.get(c.id, ""):
+                item.setData(SNIPPET_ROLE, snippet)
+                item.setToolTip(snippet_text(snippet))
+                item.setData(Qt.ItemDataRole.AccessibleDescriptionRole, snippet_text(snippet))
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
             if c.id == current:
@@ -128,6 +134,9 @@ class ConversationSidebar(QWidget):
             super().keyPressEvent(event)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.undo_button and event.type() == QEvent.Type.Resize:
+            self._fit_undo()
+            return False
         editing = self.list.state() == QListWidget.State.EditingState  # Enter ends a rename there
         if event.type() != QEvent.Type.KeyPress or not isinstance(event, QKeyEvent) or editing:
             return False
@@ -174,12 +183,23 @@ class ConversationSidebar(QWidget):
     def delete(self, conv_id: str) -> None:
         title = self.store.get(conv_id).title
         self.store.trash(conv_id)
-        self._trashed = conv_id
-        short = title if len(title) <= 28 else title[:27] + "…"
-        self.undo_button.setText(f"Undo delete of “{short}” (Ctrl+Z)")
+        self._trashed, self._trashed_title = conv_id, title
+        self.undo_button.setToolTip(f"Undo delete of “{title}” (Ctrl+Z)")
         self.undo_button.setVisible(True)
+        self._fit_undo()
         self.deleted.emit(conv_id)
         self.refresh()
+
+    def _fit_undo(self) -> None:
+        """The Undo button's label at its width: the deleted chat's title shortened with "…" (whole
+        in the tooltip), or "Undo delete" where even a short one does not fit; "(Ctrl+Z)" always shows."""
+        b = self.undo_button
+        fm = b.fontMetrics()
+        b.setText("Undo delete (Ctrl+Z)")
+        padding = b.sizeHint().width() - fm.horizontalAdvance(b.text())  # the style's, around the text
+        room = b.width() - padding - fm.horizontalAdvance("Restore “” (Ctrl+Z)") - 2
+        if room >= fm.horizontalAdvance("Xxxx…"):  # "Restore": "Undo delete of" left a sidebar's width no room
+            b.setText(f"Restore “{fm.elidedText(self._trashed_title, Qt.TextElideMode.ElideRight, room)}” (Ctrl+Z)")
 
     def undo_delete(self) -> str | None:
         conv_id, self._trashed = self._trashed, None

@@ -77,3 +77,13 @@ def test_a_questions_files_show_under_it_and_an_answer_that_filled_the_context_o
     assert message_footer({"role": "assistant", "finish": "context_full"}) == [
         "[stopped: the context is full: Continue writes more]"
     ]
+
+
+def test_an_answer_being_written_says_so_and_is_not_called_interrupted() -> None:
+    """Issue 45 item 1: a streaming answer is stored incomplete (so a crash keeps it), which read as
+    '[interrupted: Continue or Regenerate]' for its whole stream."""
+    from engine.chats.render import message_footer
+
+    streaming = {"role": "assistant", "content": "", "interrupted": True, "engine": "local:SmolLM2 (vanilla)"}
+    assert message_footer(streaming, live=True) == ["SmolLM2 · vanilla", "[writing…]"]
+    assert message_footer(streaming) == ["SmolLM2 · vanilla", "[interrupted: Continue or Regenerate]"]  # it ended so

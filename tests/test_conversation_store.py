@@ -66,6 +66,8 @@ def test_search_export_import_and_truncate(tmp_path: Path) -> None:
     s.append(other.id, "user", "Bake sourdough")
     hits = s.search("steer")
     assert [h[0] for h in hits] == [c.id] and "[steer" in hits[0][1]
+    assert s.search("steer", ("<", ">"))[0][1] == "Gyroscopic effects and <steering> geometry."  # the window's marks
+    assert s.matches(c.id, "steer") == [mid] and s.matches(other.id, "steer") == [] and s.matches(c.id, " ") == []
     assert s.search('"') == []
     md = s.export_markdown(c.id)
     assert md.startswith("# Bikes") and "Gyroscopic" in md

@@ -6,6 +6,7 @@ for vanilla, the native drafter and SpecEE prefills in parts), and the batched p
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def test_stop_ends_a_long_prompts_reading_mid_batch_and_keeps_what_was_read(mode
         assert stats.n_prompt_cached >= 511, "the batch read before the Stop was read again"
         again = [e for e in events if isinstance(e, p.PromptProgress)]
         assert again[0].n_done == again[0].n_cached >= 511  # as llama-server's prompt_progress: cache, processed, total
-        assert again[-1].n_done == again[-1].n_prompt and all(a.n_done < b.n_done for a, b in zip(again, again[1:]))
+        assert again[-1].n_done == again[-1].n_prompt and all(a.n_done < b.n_done for a, b in itertools.pairwise(again))
     finally:
         client.stop()
 

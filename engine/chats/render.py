@@ -53,10 +53,11 @@ def local_engine(engine: str) -> tuple[str, str]:
     return (name, mode.removesuffix(")")) if sep and mode.endswith(")") else (label, "")
 
 
-def message_footer(m: dict) -> list[str]:
+def message_footer(m: dict, live: bool = False) -> list[str]:
     """The lines under a question: its files. Under an answer: its speed, which engine wrote it (the local model and its mode, or
     the remote endpoint and model), and whether it was stopped, cut at the length limit or
-    interrupted (each of which Continue can go on from)."""
+    interrupted (each of which Continue can go on from). live: the answer is being written now (its
+    stored copy is incomplete until it ends, which is not an interruption)."""
     if m["role"] == "user":  # the files sent with a question, as chips
         return ["Attached: " + ", ".join(a.label for a in m["attachments"])] if m.get("attachments") else []
     if m["role"] != "assistant":
@@ -76,7 +77,9 @@ def message_footer(m: dict) -> list[str]:
     if m.get("reading"):  # a long prompt being read, before the answer's first token
         done, total = m["reading"]
         lines.append(f"Reading the prompt: {done:,} of {total:,} tokens")
-    if m.get("interrupted"):
+    elif live:
+        lines.append("[writing…]")
+    elif m.get("interrupted"):
         lines.append("[interrupted: Continue or Regenerate]")
     elif m.get("finish") == "cancelled":
         lines.append("[stopped: Continue writes more]")

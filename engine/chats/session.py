@@ -71,6 +71,7 @@ class ChatSession:
     request_id: str = ""
     answer: str = ""
     answer_msg_id: int = 0
+    tokens_before: int = 0  # the tokens the answer had before a Continue: its stats count the whole answer
     restored_question: str = ""  # a question taken back after a failure before any answer
     editing: int | None = None  # the question being edited (begin_edit): the next send() is its new version
     engine_name: str = ""  # what answers, from Loaded: the model's name, or "<endpoint>/<model id>" when remote
@@ -302,6 +303,7 @@ class ChatSession:
         last = self.messages[-1]
         last["interrupted"], last["finish"] = False, ""
         gen = self._start(continue_answer=True)
+        self.tokens_before = int((last.get("stats") or {}).get("n_generated", 0))
         self.answer, self.answer_msg_id = last["content"], last["id"]
         return gen
 
@@ -352,7 +354,7 @@ class ChatSession:
         self.notices, self.restored_question = [], ""
         gen = p.Generate(self.request_id, self.history, replace(self.sampling), continue_answer=continue_answer)
         if not continue_answer:
-            self.answer = ""
+            self.answer, self.tokens_before = "", 0
             parent = self.messages[-1]["id"] if self.messages else None
             self.answer_msg_id = self._store.append(self.conv_id or "", "assistant", "", False, engine=self.engine, parent=parent)
             self._show_branch()
@@ -380,8 +382,9 @@ class ChatSession:
         if isinstance(msg, p.Stats) and mine:
             self.engine_mode = msg.mode  # auto may have changed it since the load
             self.messages[-1]["engine"] = self.engine
+            n_generated = self.tokens_before + msg.n_generated  # a continued answer's whole length
             self.messages[-1]["stats"] = {
-                "decode_tok_s": msg.decode_tok_s, "ttft_ms": msg.ttft_ms, "n_generated": msg.n_generated, "mode": msg.mode,
+                "decode_tok_s": msg.decode_tok_s, "ttft_ms": msg.ttft_ms, "n_generated": n_generated, "mode": msg.mode,
                 "accel": {k: v for k, v in msg.accel.items() if k not in ("exit_hist", "copy_acceptance", "eagle_gate")},
             }  # fmt: skip
             return "stats"

@@ -358,25 +358,25 @@ class ConversationStore:
         )
         self.select(conv_id, parent)
 
-    def search(self, query: str) -> list[tuple[str, str]]:
-        """(conversation id, snippet) of messages matching the words of query, best first."""
+    def search(self, query: str, mark: tuple[str, str] = ("[", "]")) -> list[tuple[str, str]]:
+        """(conversation id, snippet) of messages matching the words of query, best first; the
+        snippet is a few words around the match, each matching word between the two marks."""
         fts = _fts_query(query)
         if not fts:
             return []
         rows = self.db.execute(
-            "SELECT m.conversation_id, snippet(messages_fts, 0, '[', ']', '…', 8) FROM messages_fts"
+            "SELECT m.conversation_id, snippet(messages_fts, 0, ?, ?, '…', 10) FROM messages_fts"
             " JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH ? ORDER BY rank LIMIT 50",
-            (fts,),
+            (*mark, fts),
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
-    def select_match(self, conv_id: str, query: str) -> bool:
-        """Opening a search result: when the branch shown holds none of the hits (they are on an
-        older version), show the best hit's branch. Whether the branch shown changed."""
+    def matches(self, conv_id: str, query: str) -> list[int]:
+        """The ids of conversation conv_id's messages (on any branch) matching the words of query, best first."""
         fts = _fts_query(query)
         if not fts:
-            return False
-        hits = [
+            return []
+        return [
             r[0]
             for r in self.db.execute(
                 "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
@@ -384,6 +384,11 @@ class ConversationStore:
                 (fts, conv_id),
             )
         ]
+
+    def select_match(self, conv_id: str, query: str) -> bool:
+        """Opening a search result: when the branch shown holds none of the hits (they are on an
+        older version), show the best hit's branch. Whether the branch shown changed."""
+        hits = self.matches(conv_id, query)
         if not hits or {m.id for m in self.get(conv_id).messages} & set(hits):
             return False
         self.select(conv_id, hits[0])
