@@ -367,6 +367,8 @@ class Routes:
                 elif isinstance(msg, p.Done):
                     dones.append(msg)
                     yield _sse(shapes[i].chunk(finish=msg.finish_reason))
+                elif isinstance(msg, p.PromptProgress) and req.return_progress and i == 0:  # the choices share the prompt
+                    yield _sse(shapes[0].progress_chunk(msg))
             if req.include_usage and dones:
                 yield _sse(shapes[0].usage_chunk(dones, log.cached))
             yield b"data: [DONE]\n\n"

@@ -57,6 +57,9 @@ class ParsedRequest:
     top_logprobs: int = 0
     tools: ToolRequest | None = None  # tools offered, or calls and results in the history (engine.serve.tools)
     n: int = 1  # answers (choices) wanted: decoded together where the worker batches, else one after another
+    # llama-server's return_progress: a streamed request gets a chunk with prompt_progress (total, cache,
+    # processed, time_ms) while a long prompt is read (the worker says so after each batch of it)
+    return_progress: bool = False
 
     @property
     def vanilla_because(self) -> str:
@@ -181,9 +184,13 @@ def _common(body: Any, served_model: str, n_ctx: int) -> ParsedRequest:
     truncation = body.get("truncation", "disabled")
     if not isinstance(truncation, str) or truncation not in TRUNCATION:
         raise ApiError(400, "truncation must be 'disabled' (the default) or 'auto'", param="truncation")
+    progress = body.get("return_progress", False)
+    if not isinstance(progress, bool):
+        raise ApiError(400, "return_progress must be true or false", param="return_progress")
     req = ParsedRequest(model, sampling_from(body, n_ctx), stream, bool(options.get("include_usage")))
     req.on_overflow = TRUNCATION[truncation]
     req.n = int(n or 1)
+    req.return_progress = progress
     return req
 
 
@@ -434,6 +441,13 @@ class Shapes:
         lp = self._logprobs(logprobs) if logprobs is not None else None
         choice = {"index": self.index, "delta": delta, "finish_reason": finish, "logprobs": lp}
         return self._envelope("chat.completion.chunk", choice)
+
+    def progress_chunk(self, msg: p.PromptProgress) -> dict[str, Any]:
+        """return_progress: a chunk with no choices and how far the prompt is read, as llama-server
+        words it (processed counts the cached tokens too)."""
+        out = self._envelope("chat.completion.chunk" if self.chat else "text_completion")
+        out["prompt_progress"] = {"total": msg.n_prompt, "cache": msg.n_cached, "processed": msg.n_done, "time_ms": msg.t_ms}
+        return out
 
     def usage_chunk(self, done: p.Done | list[p.Done], cached: int = 0) -> dict[str, Any]:
         """stream_options.include_usage: a last chunk with no choices and the token counts."""
