@@ -89,7 +89,7 @@ def scan_in_background(parent: QObject, then: Callable[[Any], None]) -> Backgrou
 
 
 class MyModels(QDialog):
-    changed = Signal()  # models were added, removed or repaired: the switcher lists them again
+    changed = Signal()  # models were added, removed, repaired or unloaded: the switcher lists them again
 
     def __init__(self, choice: EngineChoice, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -225,6 +225,7 @@ class MyModels(QDialog):
         self.choice.unload_local()
         self.status.setText("Unloading the model: its memory is freed. Load one to chat again.")
         self.refresh()
+        self.changed.emit()  # the switcher shows that no model is loaded
 
     def delete(self) -> None:
         """Delete…: a confirmation saying what goes, whose default button (Enter) deletes nothing."""

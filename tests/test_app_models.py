@@ -175,6 +175,14 @@ def test_my_models_loads_unloads_imports_and_deletes(  # type: ignore[no-untyped
         assert "No model loaded" in win.state_label.text() and not win.send_button.isEnabled()
         assert win.accel_badge.text() == ""  # the unloaded model's mode and speed are not shown
         assert not dialog.unload_button.isEnabled() and dialog.load_button.isEnabled()
+        # issue 45: the switcher showed the unloaded model as if it still answered
+        assert win.model_switch.currentIndex() == -1 and win.model_switch.shown_text() == "No model loaded"
+        assert win.model_switch.toolTip().startswith("No model loaded")
+        win.model_switch.activated.emit(win.model_switch.findData(str(first)))  # the user picks it again: it loads
+        qtbot.waitUntil(lambda: win.model_loaded and dialog.row_text(str(first)).endswith("| loaded"), timeout=60_000)
+        assert win.model_switch.currentText().startswith("first · 98 MB")
+        dialog.unload_button.click()
+        qtbot.waitUntil(lambda: not win.model_loaded, timeout=30_000)
         # Import GGUF…: a file elsewhere, registered where it lies
         elsewhere = tmp_path / "elsewhere" / "second.gguf"
         elsewhere.parent.mkdir()
