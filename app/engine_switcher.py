@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QComboBox, QMenu, QStyle, QStyleOptionComboBox, QS
 from engine.remote.engine_choice import EngineChoice
 
 TIP = "The model to chat with (Download models… gets more, My models… manages them)"
+NOTHING_LOADED = "No model loaded"  # after My models' Unload, until a model is picked
 CLOSED_MAX = 360  # at the window's default size the header's mode text fits beside it
 # Item data roles: the entry's target (Qt.UserRole: a path, "<endpoint>\n<model id>"), and its kind.
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -27,6 +28,7 @@ class EngineSwitcher(QComboBox):
         self.choice = choice
         self.setAccessibleName("Model")
         self.setToolTip(TIP)
+        self.setPlaceholderText(NOTHING_LOADED)  # shown while no entry is current (select_current)
         # closed, it leaves the header room for the mode and its speed (a long entry ends in "…" and
         # is whole in the tooltip); open, every entry is whole
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)  # as entries come and go
@@ -53,7 +55,8 @@ class EngineSwitcher(QComboBox):
         self.initStyleOption(opt)
         cc, field = QStyle.ComplexControl.CC_ComboBox, QStyle.SubControl.SC_ComboBoxEditField
         width = self.style().subControlRect(cc, opt, field, self).width()
-        return self.fontMetrics().elidedText(self.currentText(), Qt.TextElideMode.ElideRight, width)
+        text = self.currentText() if self.currentIndex() >= 0 else self.placeholderText()
+        return self.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, width)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QStylePainter(self)
@@ -82,10 +85,15 @@ class EngineSwitcher(QComboBox):
         self.select_current()
 
     def select_current(self) -> None:
-        """The entry of the engine answering the chat (the switcher shows nothing else as chosen)."""
+        """The entry of the engine answering the chat (the switcher shows nothing else as chosen);
+        none after the model was unloaded: "No model loaded"."""
         self.blockSignals(True)
-        self.setCurrentIndex(max(self.findData(self.choice.current_target()), 0))
-        self.setToolTip(f"{self.currentText()}\n{TIP}" if self.currentText() else TIP)
+        if self.choice.unloaded and not self.choice.is_remote:
+            self.setCurrentIndex(-1)
+            self.setToolTip(f"{NOTHING_LOADED}: pick a model to load it\n{TIP}")
+        else:
+            self.setCurrentIndex(max(self.findData(self.choice.current_target()), 0))
+            self.setToolTip(f"{self.currentText()}\n{TIP}" if self.currentText() else TIP)
         self.blockSignals(False)
 
     def _picked(self, i: int) -> None:
@@ -102,7 +110,7 @@ class EngineSwitcher(QComboBox):
             self.add_remote.emit()
         elif kind == "damaged":
             self.manage.emit(target)
-        elif target and (target != self.choice.local_path or self.choice.is_remote):
+        elif target and (target != self.choice.local_path or self.choice.is_remote or self.choice.unloaded):
             self.choice.use_local(target)
 
     def _menu(self, pos: QPoint) -> None:

@@ -1,6 +1,9 @@
 """My models: the models installed here, one row each (size, architecture, context length,
-acceleration weights, state), with Load / Unload, Repair (a damaged download fetched again),
-Delete… (with its acceleration folder, after a confirmation), Import GGUF… and Scan models folder.
+acceleration weights, state; a damaged one in red, saying why, and the GGUF files in the models
+folder that could not be added among them), with Load / Unload, Repair (a damaged download fetched
+again), Delete… (after a confirmation whose default button deletes nothing: a file imported from
+elsewhere is removed from the list, or deleted only where the user picks "Delete the file" with its
+full path before them), Import GGUF… and Scan models folder.
 A view of engine.models.library (what is installed, scanning, deleting) and of the engine choice
 (which model the worker runs); file work runs off the GUI thread."""
 
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -21,6 +25,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMessageBox,
     QProgressBar,
+    QPushButton,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -36,7 +41,9 @@ from engine.models.library import (
     delete_model,
     import_gguf,
     installed_models,
+    remove_from_list,
     scan_models_folder,
+    sentence,
     size_text,
     weights_to_delete,
 )
@@ -44,6 +51,9 @@ from engine.paths import models_dir
 from engine.remote.engine_choice import EngineChoice
 
 COLUMNS = ("Model", "Size", "Architecture", "Context", "Acceleration", "State")
+DAMAGED = QColor("#c0392b")  # a row that cannot be loaded reads as a problem, in either theme (as in the switcher)
+# What Delete… may do, by the button the user picks in its confirmation
+REMOVE, DELETE_FILE = "remove", "delete"
 
 
 class Background(QObject):
@@ -79,7 +89,7 @@ def scan_in_background(parent: QObject, then: Callable[[Any], None]) -> Backgrou
 
 
 class MyModels(QDialog):
-    changed = Signal()  # models were added, removed or repaired: the switcher lists them again
+    changed = Signal()  # models were added, removed, repaired or unloaded: the switcher lists them again
 
     def __init__(self, choice: EngineChoice, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -88,6 +98,7 @@ class MyModels(QDialog):
         self.choice = choice
         self.models: list[InstalledModel] = []
         self.busy = False
+        self.delete_box: QMessageBox | None = None  # Delete…'s confirmation while it is open
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setAccessibleName("Installed models")
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -110,7 +121,7 @@ class MyModels(QDialog):
         self.load_button.setToolTip("Chat with this model")
         self.unload_button.setToolTip("Free the memory the loaded model takes")
         self.repair_button.setToolTip("Download the damaged file again, checked against its sha256")
-        self.delete_button.setToolTip("Delete the file and its acceleration weights")
+        self.delete_button.setToolTip("Delete the file and its acceleration weights, or remove an imported file from the list")
         self.import_button.setToolTip("Add a GGUF file from anywhere on this computer (it stays where it is)")
         self.scan_button.setToolTip(f"Add the GGUF files copied into {models_dir()}")
         row = QHBoxLayout()
@@ -144,6 +155,8 @@ class MyModels(QDialog):
             for j, text in enumerate(self._cells(m)):
                 item = QTableWidgetItem(text)
                 item.setToolTip(f"{m.path}\nsource: {m.record.source}" + (f"\n{m.why}" if m.why else ""))
+                if m.state != "ok":
+                    item.setForeground(DAMAGED)
                 self.table.setItem(i, j, item)
         rows = [i for i, m in enumerate(self.models) if m.path == select]
         if rows:
@@ -178,11 +191,13 @@ class MyModels(QDialog):
     def _update_buttons(self) -> None:
         m = self.selected()
         if m is not None and m.state != "ok" and not self.busy:  # what is wrong, and the way out
-            way = (
-                f"Repair downloads it again from {m.repair.repo_id}, checked against its sha256; Delete removes it."
-                if m.repair else "It did not come from the hub: Delete removes it from the list (and the file, if any)."
-            )  # fmt: skip
-            self.status.setText(f"{m.record.id} is {m.state}: {m.why}. {way}")
+            if not m.registered:
+                way = "It lies in the models folder and could not be added: Delete deletes the file."
+            elif m.repair:
+                way = f"Repair downloads it again from {m.repair.repo_id}, checked against its sha256; Delete removes it."
+            else:
+                way = "It did not come from the hub: Delete removes it from the list (and the file, if any)."
+            self.status.setText(f"{m.record.id} is {m.state}: {sentence(m.why)} {way}")
         loaded = m is not None and m.path == self.choice.local_path and self.choice.local_loaded is not None
         self.load_button.setEnabled(m is not None and m.state == "ok" and not loaded and not self.busy)
         self.unload_button.setEnabled(self.choice.local_loaded is not None and not self.busy)
@@ -210,29 +225,61 @@ class MyModels(QDialog):
         self.choice.unload_local()
         self.status.setText("Unloading the model: its memory is freed. Load one to chat again.")
         self.refresh()
-
-    def confirm(self, text: str) -> bool:
-        answer = QMessageBox.question(self, "Delete model", text)
-        return answer == QMessageBox.StandardButton.Yes
+        self.changed.emit()  # the switcher shows that no model is loaded
 
     def delete(self) -> None:
+        """Delete…: a confirmation saying what goes, whose default button (Enter) deletes nothing."""
         m = self.selected()
         if m is None:
             return
-        what = [f"Delete {m.record.id} ({size_text(m.record.size)})?", f"The file {m.path} is deleted."]
-        if m.state == "missing":
-            what = [f"Remove {m.record.id} from the list?", f"Its file is gone ({m.path})."]
         weights = weights_to_delete(m.record)
-        if weights is not None:
-            what.append(f"Its acceleration folder {weights} is deleted too.")
-        if not self.confirm("\n".join(what)):
+        also = f"\nIts acceleration folder {weights} is deleted with it." if weights is not None else ""
+        name = f"{m.record.id} ({size_text(m.record.size)})"
+        if m.state == "missing":  # nothing on disk to delete: forgetting it is the only choice
+            text = f"Remove {m.record.id} from the list?\nIts file is gone ({m.path}). Its acceleration weights, if any, stay."
+            choices = [("Remove from list", REMOVE)]
+            default = REMOVE
+        elif not m.in_models_folder:  # the user's own file, imported where it lies
+            text = (
+                f"{name} was imported from outside the models folder. Its file is:\n{m.path}\n\n"
+                "Remove from list forgets it and leaves the file and its acceleration weights where they are.\n"
+                f"Delete the file deletes {m.path} from this computer.{also}"
+            )
+            choices = [("Remove from list", REMOVE), ("Delete the file", DELETE_FILE)]
+            default = REMOVE
+        else:
+            text = f"Delete {name}?\nThe file {m.path} is deleted.{also}"
+            choices = [("Delete the file", DELETE_FILE)]
+            default = ""  # Cancel
+        box = QMessageBox(QMessageBox.Icon.Warning, "Delete model", text, QMessageBox.StandardButton.Cancel, self)
+        actions: dict[QPushButton, str] = {}
+        for label, action in choices:
+            role = QMessageBox.ButtonRole.DestructiveRole if action == DELETE_FILE else QMessageBox.ButtonRole.AcceptRole
+            actions[box.addButton(label, role)] = action
+        cancel = box.button(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(next((b for b, a in actions.items() if a == default), cancel))
+        box.setEscapeButton(cancel)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.buttonClicked.connect(lambda b: self._delete_chosen(m, actions.get(b, "")))  # type: ignore[call-overload]
+        box.finished.connect(lambda _r: setattr(self, "delete_box", None))
+        self.delete_box = box
+        box.open()  # window-modal, and the event loop goes on: the engine's news still arrive
+
+    def _delete_chosen(self, m: InstalledModel, action: str) -> None:
+        if action == REMOVE:
+            remove_from_list(m.record)
+            kept = "" if m.state == "missing" else f"; its file stays at {m.path}"
+            self.status.setText(f"Removed {m.record.id} from the list{kept}.")
+        elif action == DELETE_FILE:
+            try:
+                removed = delete_model(m.record)
+            except OSError as exc:
+                self.status.setText(f"{m.record.id} could not be deleted: {sentence(exc.strerror or str(exc))}")
+                return
+            what = "" if not removed else " (its file)" if len(removed) == 1 else f" ({len(removed)} files and folders)"
+            self.status.setText(f"Deleted {m.record.id}{what}.")
+        else:
             return
-        try:
-            removed = delete_model(m.record)
-        except OSError as exc:
-            self.status.setText(f"{m.record.id} could not be deleted: {exc.strerror or exc}.")
-            return
-        self.status.setText(f"Deleted {m.record.id}" + (f" ({len(removed)} files and folders)." if removed else "."))
         self.refresh()
         self.changed.emit()
 
@@ -280,16 +327,16 @@ class MyModels(QDialog):
     def _done(self, message: str, select: str = "") -> None:
         self.busy = False
         self.bar.setVisible(False)
-        self.status.setText(message)
         self.refresh(select)
+        self.status.setText(message)  # after the refresh: a damaged row selected says what it is, this goes last
         self.changed.emit()
 
     def _failed(self, exc: Exception) -> None:
         self.busy = False
         self.bar.setVisible(False)
         known = isinstance(exc, ModelFileError | DownloadError | OSError)
-        self.status.setText(str(exc) if known else f"That did not work: {exc}")
         self.refresh()
+        self.status.setText(str(exc) if known else f"That did not work: {exc}")
 
 
 def open_my_models(window: Any, select: str = "") -> MyModels:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model_status import MODE_NAMES, measured_speeds_text
+from app.model_status import MEASURED, PREDICTED, mode_label, speeds_text
 from engine import kept_caches
 from engine import protocol as p
 from engine.hardware import physical_cores
@@ -90,7 +90,7 @@ def engine_summary(loaded: p.Loaded | None, decided: p.AutoDecided | None) -> li
     mode = decided.mode if decided else loaded.mode
     reason = (decided.mode_reason if decided else loaded.mode_reason) or ""
     out = [
-        f"Running {loaded.name or 'the model'} ({loaded.n_layer} layers) with {MODE_NAMES.get(mode, mode)}, "
+        f"Running {loaded.name or 'the model'} ({loaded.n_layer} layers) with {mode_label(mode)}, "
         f"{threads_text(loaded.n_threads)} and a context of {loaded.n_ctx} tokens"
         + (f" (trained for {loaded.n_ctx_train})." if loaded.n_ctx_train else ".")
     ]
@@ -98,9 +98,9 @@ def engine_summary(loaded: p.Loaded | None, decided: p.AutoDecided | None) -> li
         out.append(f"Why this mode: {reason}")
     speeds = {**loaded.measured_tok_s, **(decided.measured_tok_s if decided else {})}
     if speeds:
-        out.append(f"Measured on this machine: {measured_speeds_text(speeds)}.")
+        out.append(f"Speeds: {speeds_text(speeds, MEASURED)}.")
     elif loaded.predicted_tok_s:
-        out.append(f"Predicted here: {measured_speeds_text(loaded.predicted_tok_s)}.")
+        out.append(f"Speeds: {speeds_text(loaded.predicted_tok_s, PREDICTED)} (by the placement plan, not measured yet).")
     if loaded.plan:
         out.append(f"Placement: {loaded.plan}")
     if loaded.trainable:

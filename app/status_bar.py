@@ -7,6 +7,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from app.elided_label import ElidedLabel
+from app.model_status import mode_label
 from app.speed_meter import SpeedMeter
 from engine import protocol as p
 
@@ -53,13 +54,13 @@ class StatusBar(QStatusBar):
         if msg.mode == "remote":
             self.status = (f"{msg.name} · remote · {msg.model_path}", msg.plan)
         else:
-            line = f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {msg.mode}"
+            line = f"{msg.name} · {msg.n_layer} layers · ctx {msg.n_ctx} · {mode_label(msg.mode)}"
             self.status = (line, msg.mode_reason or f"acceleration: {msg.mode}")
         if not (msg.kept and self.error_shown):
             self.show_status()
 
     def mode_decided(self, msg: p.AutoDecided) -> None:
         """auto finished measuring: the line names the mode it chose (shown unless an error is up)."""
-        self.status = (f"{self.status[0].rsplit(' · ', 1)[0]} · {msg.mode}", msg.mode_reason)
+        self.status = (f"{self.status[0].rsplit(' · ', 1)[0]} · {mode_label(msg.mode)}", msg.mode_reason)
         if not self.error_shown:
             self.show_status()

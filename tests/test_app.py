@@ -405,19 +405,40 @@ def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: Ma
         measured_tok_s={"vanilla": 40.0}, plan="all 30 layers on the CPU: no GPU found; predicted 41 tok/s",
     )  # fmt: skip
     idle_window.on_event(loaded)
-    assert "plain decoding" in idle_window.accel_badge.text() and "40.0 tok/s" in idle_window.accel_badge.text()
+    assert idle_window.accel_badge.text() == "vanilla · 40.0 tok/s measured here"
     speeds = {"vanilla": 40.0, "ngram": 44.0}
     idle_window.on_event(p.AutoDecided(mode="ngram", mode_reason="ngram 1.10x vanilla here", measured_tok_s=speeds))
-    assert "n-gram" in idle_window.accel_badge.text() and "44.0 tok/s" in idle_window.accel_badge.text()
+    assert idle_window.accel_badge.text() == "ngram · 44.0 tok/s measured here"
     assert idle_window.accel_badge.toolTip() == "ngram 1.10x vanilla here"
+    assert idle_window.state_label.text().endswith(" · ngram")  # the status bar names the mode alike
     dialog = idle_window.open_settings()
     shown = "\n".join(lbl.text() for lbl in dialog.findChildren(QLabel))
     assert "Placement: all 30 layers on the CPU: no GPU found" in shown
-    assert "Why this mode: ngram 1.10x vanilla here" in shown and "n-gram drafting 44.0 tok/s (1.10x)" in shown
+    assert "Why this mode: ngram 1.10x vanilla here" in shown and "Running SmolLM2 (30 layers) with ngram," in shown
+    assert "vanilla 40.0 tok/s measured here, ngram 44.0 tok/s measured here (1.10x)" in shown
+    assert dialog.mode.findText("ngram") >= 0  # Settings offers the modes by the same names
     assert "4096 tokens" in shown and "2 threads" in shown
     dialog.mode.setCurrentText("eagle")
     assert "Needs EAGLE weights" in dialog.mode_help.text()  # each choice explained
     dialog.close()
+
+
+def test_predicted_speeds_are_told_apart_from_measured_ones() -> None:
+    """Issue 45: the planner's predicted speeds (93, 15 tok/s) sat beside measured ones (12, 2.2)
+    with nothing saying which was which; and the header named modes unlike Settings and the status bar."""
+    from app.settings_dialog import engine_summary
+
+    loaded = p.Loaded(
+        name="M", n_layer=30, n_ctx=4096, n_threads=2, mode="vanilla", predicted_tok_s={"vanilla": 93.0, "specee": 15.0}
+    )
+    [predicted] = [line for line in engine_summary(loaded, None) if "tok/s" in line]
+    assert (
+        predicted
+        == "Speeds: vanilla 93.0 tok/s predicted, specee 15.0 tok/s predicted (0.16x) (by the placement plan, not measured yet)."
+    )
+    decided = p.AutoDecided(mode="vanilla", measured_tok_s={"vanilla": 12.0, "specee": 2.2})
+    [measured] = [line for line in engine_summary(loaded, decided) if "tok/s" in line]
+    assert measured == "Speeds: vanilla 12.0 tok/s measured here, specee 2.2 tok/s measured here (0.18x)."
 
 
 def test_settings_show_the_saved_conversations_and_clear_them(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
@@ -493,11 +514,12 @@ def test_the_header_reads_the_workers_flags_never_its_reason_text() -> None:
     flags = p.Acceleration(architecture_supported=True, eagle_head=True, modes=["vanilla", "ngram", "eagle"])
     loaded = p.Loaded(mode="vanilla", mode_reason="whatever the worker says", measuring=True, acceleration=flags)
     badge, why = acceleration_state(loaded)
-    assert badge == "plain decoding · auto: measuring"
-    assert why.startswith("whatever the worker says") and "plain decoding, n-gram drafting, EAGLE drafting" in why
+    assert badge == "vanilla · auto: measuring"
+    assert why.startswith("whatever the worker says")
+    assert "vanilla (plain decoding), ngram (n-gram drafting), eagle (EAGLE drafting)" in why
     assert "measuring" not in acceleration_state(replace(loaded, measuring=False))[0]
     decided = p.AutoDecided(mode="ngram", mode_reason="ngram 1.10x", measured_tok_s={"vanilla": 40.0, "ngram": 44.0})
-    assert acceleration_state(loaded, decided)[0] == "n-gram drafting · 44.0 tok/s measured"
+    assert acceleration_state(loaded, decided)[0] == "ngram · 44.0 tok/s measured here"
     missing = ModelRecord(id="x", path="/nonexistent/x.gguf", sha256="0" * 64, size=1, source="file")
     assert installed_weights(missing) == "training-free modes"  # looked up by hash: the absent file is never read
 

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.main_window import MainWindow
 from app.model_manager import ModelManager
@@ -47,6 +47,31 @@ def switcher_texts(win: MainWindow) -> list[str]:
     texts = [win.model_switch.itemText(i) for i in range(win.model_switch.count())]
     win.model_switch.hidePopup()
     return texts
+
+
+def answer_delete(qtbot, dialog: MyModels, pick: str = "") -> tuple[str, str, list[str]]:  # type: ignore[no-untyped-def]
+    """Delete… as the user answers it: its confirmation's (text, default button, buttons), then Enter
+    (pick "") or the button named `pick`. Works whether the box blocks (exec) or not (open)."""
+    seen: list[tuple[str, str, list[str]]] = []
+
+    def boxes() -> list[QMessageBox]:
+        return [b for b in dialog.findChildren(QMessageBox) if b.isVisible()]
+
+    def answer() -> None:
+        [box] = boxes()
+        default = box.defaultButton()
+        seen.append((box.text(), default.text() if default else "(none)", [b.text() for b in box.buttons()]))
+        if not pick:
+            qtbot.keyClick(box, Qt.Key.Key_Return)
+        elif chosen := [b for b in box.buttons() if b.text() == pick]:
+            chosen[0].click()
+        else:  # no such button: the box goes (the test fails on what it saw) rather than hang in its exec()
+            box.reject()
+
+    QTimer.singleShot(0, answer)
+    dialog.delete_button.click()
+    qtbot.waitUntil(lambda: bool(seen) and not boxes(), timeout=5_000)
+    return seen[0]
 
 
 def test_a_gguf_copied_into_the_models_folder_is_found_at_start(qtbot, idle, model_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -119,12 +144,9 @@ def test_a_missing_file_is_listed_and_removed_after_confirmation(qtbot, idle, mo
     dialog = win.open_my_models(record.path)
     assert "missing: the file is gone" in dialog.row_text(record.path) and not dialog.repair_button.isEnabled()
     assert dialog.delete_button.text() == "Remove from list…"
-    asked: list[str] = []
-    dialog.confirm = lambda text: asked.append(text) or False  # the user says No: nothing happens
-    dialog.delete_button.click()
-    assert ModelRegistry().get(record.id) is not None and "Remove gone from the list?" in asked[0]
-    dialog.confirm = lambda text: True
-    dialog.delete_button.click()
+    text, _, _ = answer_delete(qtbot, dialog, "Cancel")  # the user says No: nothing happens
+    assert ModelRegistry().get(record.id) is not None and "Remove gone from the list?" in text
+    answer_delete(qtbot, dialog, "Remove from list")
     assert ModelRegistry().get(record.id) is None and dialog.row_text(record.path) == ""
     assert not any(t.startswith("gone") for t in switcher_texts(win))
     dialog.close()
@@ -153,6 +175,14 @@ def test_my_models_loads_unloads_imports_and_deletes(  # type: ignore[no-untyped
         assert "No model loaded" in win.state_label.text() and not win.send_button.isEnabled()
         assert win.accel_badge.text() == ""  # the unloaded model's mode and speed are not shown
         assert not dialog.unload_button.isEnabled() and dialog.load_button.isEnabled()
+        # issue 45: the switcher showed the unloaded model as if it still answered
+        assert win.model_switch.currentIndex() == -1 and win.model_switch.shown_text() == "No model loaded"
+        assert win.model_switch.toolTip().startswith("No model loaded")
+        win.model_switch.activated.emit(win.model_switch.findData(str(first)))  # the user picks it again: it loads
+        qtbot.waitUntil(lambda: win.model_loaded and dialog.row_text(str(first)).endswith("| loaded"), timeout=60_000)
+        assert win.model_switch.currentText().startswith("first · 98 MB")
+        dialog.unload_button.click()
+        qtbot.waitUntil(lambda: not win.model_loaded, timeout=30_000)
         # Import GGUF…: a file elsewhere, registered where it lies
         elsewhere = tmp_path / "elsewhere" / "second.gguf"
         elsewhere.parent.mkdir()
@@ -172,10 +202,8 @@ def test_my_models_loads_unloads_imports_and_deletes(  # type: ignore[no-untyped
         qtbot.waitUntil(lambda: win.model_loaded and win.model_path == str(elsewhere), timeout=60_000)
         qtbot.waitUntil(lambda: dialog.row_text(str(elsewhere)).endswith("| loaded"), timeout=5_000)
         dialog.select(str(first))
-        asked: list[str] = []
-        dialog.confirm = lambda text: asked.append(text) or True
-        dialog.delete_button.click()  # a copy of the same file: the weights stay for the other copy
-        assert "Delete first (98 MB)?" in asked[0] and str(first) in asked[0] and "acceleration" not in asked[0]
+        text, _, _ = answer_delete(qtbot, dialog, "Delete the file")  # a copy of the same file: its weights stay
+        assert "Delete first (98 MB)?" in text and str(first) in text and "acceleration" not in text
         assert weights.is_dir()
         assert not first.exists() and ModelRegistry().get("first") is None and dialog.row_text(str(first)) == ""
         assert not any(t.startswith("first") for t in switcher_texts(win))
@@ -183,9 +211,72 @@ def test_my_models_loads_unloads_imports_and_deletes(  # type: ignore[no-untyped
         assert not dialog.delete_button.isEnabled()  # the loaded model: unload or switch first
         dialog.unload_button.click()
         qtbot.waitUntil(lambda: dialog.delete_button.isEnabled(), timeout=30_000)
-        dialog.delete_button.click()
-        assert "acceleration folder" in asked[-1] and not weights.exists() and not elsewhere.exists()
+        text, _, _ = answer_delete(qtbot, dialog, "Delete the file")  # imported from elsewhere: the user says so
+        assert str(elsewhere) in text and "acceleration folder" in text
+        assert not weights.exists() and not elsewhere.exists()
         dialog.close()
+
+
+def test_delete_never_defaults_to_deleting_and_an_imported_file_is_removed_from_the_list(  # type: ignore[no-untyped-def]
+    qtbot, idle, model_path: Path, tmp_path: Path
+) -> None:
+    """Issue 45 item 1: Delete… deleted an imported file wherever it lay, and Yes was the default
+    button. A file imported from elsewhere: "Remove from list" (the default) apart from "Delete the
+    file", its full path named; a file in the models folder: Cancel is the default."""
+    elsewhere = tmp_path / "my files" / "mine.gguf"
+    elsewhere.parent.mkdir()
+    shutil.copyfile(model_path, elsewhere)
+    record = import_gguf(elsewhere)
+    inside = models_dir() / "inside.gguf"
+    shutil.copyfile(model_path, inside)
+    import_gguf(inside)
+    win = idle()
+    dialog = win.open_my_models(record.path)
+    text, default, buttons = answer_delete(qtbot, dialog)  # Enter: the default button
+    assert default == "Remove from list" and "Delete the file" in buttons and "Cancel" in buttons
+    assert f"\n{elsewhere}\n" in text and "outside the models folder" in text
+    assert elsewhere.is_file() and ModelRegistry().get(record.id) is None  # forgotten, the file kept
+    assert dialog.row_text(record.path) == "" and f"its file stays at {elsewhere}" in dialog.status.text()
+    assert not any(t.startswith("mine") for t in switcher_texts(win))
+    record = import_gguf(elsewhere)
+    dialog.select(record.path)
+    text, _, _ = answer_delete(qtbot, dialog, "Delete the file")  # the user picks it, its path before them
+    assert not elsewhere.exists() and ModelRegistry().get(record.id) is None
+    dialog.select(str(inside))
+    text, default, buttons = answer_delete(qtbot, dialog)  # Enter deletes nothing
+    assert default == "Cancel" and "Delete the file" in buttons and str(inside) in text
+    assert inside.is_file() and ModelRegistry().get("inside") is not None
+    answer_delete(qtbot, dialog, "Delete the file")
+    assert not inside.exists() and ModelRegistry().get("inside") is None and dialog.row_text(str(inside)) == ""
+    dialog.close()
+
+
+def test_a_truncated_gguf_in_the_models_folder_is_listed_in_red_at_start_and_deleted(  # type: ignore[no-untyped-def]
+    qtbot, idle, model_path: Path
+) -> None:
+    """Issue 45 item 2: a truncated GGUF in the models folder was invisible at start, only Scan
+    models folder mentioned it ("…download it again..", two periods) and it could not be deleted."""
+    half = models_dir() / "half.gguf"
+    with model_path.open("rb") as src, half.open("wb") as dst:
+        dst.write(src.read(40_000_000))
+    win = idle()
+    dialog = win.open_my_models(str(half))
+    row = dialog.row_text(str(half))
+    assert row.startswith("half | 40 MB |") and "| damaged: half.gguf is truncated: 40.0 MB present of" in row
+    [i] = [i for i, m in enumerate(dialog.models) if m.path == str(half)]
+    assert all(dialog.table.item(i, j).foreground().color().name() == "#c0392b" for j in range(dialog.table.columnCount()))
+    assert dialog.selected_path() == str(half) and "download it again. It lies in the models folder" in dialog.status.text()
+    assert ".." not in dialog.status.text()
+    assert dialog.delete_button.isEnabled() and not dialog.load_button.isEnabled() and not dialog.repair_button.isEnabled()
+    dialog.scan_button.click()
+    qtbot.waitUntil(lambda: dialog.status.text().startswith("Found 0 new models"), timeout=20_000)
+    assert "skipped half.gguf: half.gguf is truncated" in dialog.status.text()
+    assert dialog.status.text().endswith("download it again.") and ".." not in dialog.status.text()
+    dialog.select(str(half))
+    _, default, _ = answer_delete(qtbot, dialog, "Delete the file")
+    assert default == "Cancel"
+    assert not half.exists() and dialog.row_text(str(half)) == "" and dialog.status.text() == "Deleted half (its file)."
+    dialog.close()
 
 
 # -- the model manager offline ---------------------------------------------------------------------

@@ -86,7 +86,7 @@ def test_a_refused_load_keeps_the_running_model_and_says_so(qtbot, window: MainW
     qtbot.waitUntil(lambda: window.model_loaded, timeout=60_000)
     assert window.model_path == running and window.model_switch.currentData() == running
     assert window.loaded is not None and window.loaded.model_path == running and window.loaded.mode == "vanilla"
-    assert window.send_button.isEnabled() and "plain decoding" in window.accel_badge.text()
+    assert window.send_button.isEnabled() and window.accel_badge.text().startswith("vanilla")
     assert "stays loaded" in window.state_label.toolTip() + window.state_label.text() + window.transcript()
     window.settings = replace(window.settings, mode="vanilla")
     ask(qtbot, window, "Say hi.")

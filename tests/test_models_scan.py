@@ -19,8 +19,10 @@ from engine.models.download import DownloadError, HubFile, list_gguf_files, sear
 from engine.models.library import (
     delete_model,
     import_gguf,
+    in_models_folder,
     installed_models,
     on_disk,
+    remove_from_list,
     repair_source,
     scan_models_folder,
     weights_to_delete,
@@ -75,6 +77,32 @@ def test_a_truncated_model_is_listed_as_damaged_saying_why(model_path: Path, iso
     assert damaged.repair == HubFile("Qwen/Qwen2.5-0.5B-Instruct-GGUF", copy.name, record.size, record.sha256)
     assert missing.state == "missing" and "gone" in missing.why and missing.record.id == gone.id
     assert missing.repair is None  # a file of the user's own: only removal is offered
+
+
+def test_a_gguf_in_the_models_folder_that_cannot_be_added_is_listed_as_damaged(
+    model_path: Path, isolated_data: Path, tmp_path: Path
+) -> None:
+    """Issue 45 item 2: a truncated GGUF in the models folder was left out of the installed models
+    (only the scan's summary named it, ending "download it again.."), so it could not be deleted."""
+    elsewhere = tmp_path / "half.gguf"  # a registered file of the same name elsewhere keeps its entry
+    shutil.copyfile(model_path, elsewhere)
+    namesake = import_gguf(elsewhere)
+    half = models_dir() / "half.gguf"
+    half.write_bytes(model_path.read_bytes()[:40_000_000])
+    (models_dir() / "notes.gguf").write_text("not a model\n" * 50)
+    found = scan_models_folder()
+    assert "download it again; skipped notes.gguf" in found.summary() and ".." not in found.summary()
+    ok, *broken = installed_models()
+    assert ok.record == namesake and ok.state == "ok"
+    assert [(m.record.id, m.state, m.registered) for m in broken] == [("half", "damaged", False), ("notes", "damaged", False)]
+    assert broken[0].why.startswith("half.gguf is truncated: 40.0 MB present of") and broken[0].repair is None
+    assert "not a GGUF" in broken[1].why and broken[0].record.size == 40_000_000
+    assert delete_model(broken[0].record) == [half] and not half.exists()
+    assert ModelRegistry().get("half") == namesake  # the namesake's entry stays
+    assert [m.record.id for m in installed_models()] == ["half", "notes"]
+    assert in_models_folder(models_dir() / "sub" / "x.gguf") and not in_models_folder(elsewhere)
+    remove_from_list(namesake)
+    assert elsewhere.is_file() and ModelRegistry().all() == []
 
 
 def test_repair_downloads_from_where_the_file_came_from() -> None:

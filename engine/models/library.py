@@ -53,6 +53,9 @@ class InstalledModel:
     weights: str = ""  # acceleration weights installed for this exact file (installed_weights)
     catalog: CatalogEntry | None = None  # the catalog's entry for this file, when it is one
     acceleration_dir: Path | None = None  # the folder of weights trained or imported here, if any
+    # False: a GGUF found in the models folder that could not be registered (truncated, corrupt): listed
+    # so that the user sees it and can delete it; its record is made up from the file (no sha256)
+    registered: bool = True
 
     @property
     def path(self) -> str:
@@ -61,8 +64,26 @@ class InstalledModel:
     @property
     def repair(self) -> HubFile | None:
         """The same file from the hub, for a damaged or missing one that came from there (a download,
-        or a file of the catalog's): checked against the sha256 it was registered with."""
-        return repair_source(self.record, self.catalog)
+        or a file of the catalog's): checked against the sha256 it was registered with. None for an
+        unregistered file: neither its expected size nor its hash is known."""
+        return repair_source(self.record, self.catalog) if self.registered else None
+
+    @property
+    def in_models_folder(self) -> bool:
+        return in_models_folder(self.record.path)
+
+
+def in_models_folder(path: str | Path, folder: Path | None = None) -> bool:
+    """Whether a file lies in the models folder (or below it). A file elsewhere is the user's own,
+    registered where it lay by Import GGUF… or `specee models add`: never deleted as a side matter."""
+    return Path(path).resolve().is_relative_to((folder or models_dir()).resolve())
+
+
+def sentence(text: str) -> str:
+    """Text ending in exactly one period, for messages composed from other messages (which may or
+    may not end in one: "…download it again.." was shown)."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?", "…")) else f"{text}."
 
 
 def catalog_entry(record: ModelRecord, catalog: list[CatalogEntry] | None = None) -> CatalogEntry | None:
@@ -111,10 +132,57 @@ def inspect_model(record: ModelRecord, catalog: list[CatalogEntry] | None = None
     )  # fmt: skip
 
 
-def installed_models(registry: ModelRegistry | None = None) -> list[InstalledModel]:
-    """Every registered model, in the order added, with its state."""
+def installed_models(registry: ModelRegistry | None = None, folder: Path | None = None) -> list[InstalledModel]:
+    """Every registered model, in the order added, with its state; then the GGUF files in the models
+    folder that could not be registered, as damaged, saying why (unusable_in_folder)."""
+    registry = registry or ModelRegistry()
     catalog = hub_catalog()
-    return [inspect_model(r, catalog) for r in (registry or ModelRegistry()).all()]
+    return [inspect_model(r, catalog) for r in registry.all()] + unusable_in_folder(folder, registry, catalog)
+
+
+def _unregistered_ggufs(folder: Path, registry: ModelRegistry) -> list[Path]:
+    """The GGUF files in the models folder (and its subfolders, as LM Studio lays them out) that are
+    not registered; a download in progress (`.partial`) is no model."""
+    known = {str(Path(m.path).resolve()) for m in registry.all()}
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() == ".gguf")
+    return [p for p in files if str(p.resolve()) not in known]
+
+
+def check_model_file(path: Path) -> None:
+    """What import checks before it registers a file: a chat model's GGUF header and a sample of its
+    weights. Raises ModelFileError saying what is wrong."""
+    info = inspect_gguf(path)
+    if info.architecture in NOT_CHAT_MODELS:
+        raise ModelFileError("not_a_model", f"{path.name} is {NOT_CHAT_MODELS[info.architecture]}.")
+    check_weights(info)
+
+
+def unusable_in_folder(
+    folder: Path | None = None, registry: ModelRegistry | None = None, catalog: list[CatalogEntry] | None = None
+) -> list[InstalledModel]:
+    """The GGUF files in the models folder that the scan cannot register (truncated, corrupt,
+    unreadable), as damaged models saying why, so that they are seen and can be deleted instead of
+    being skipped without a word. Headers only (no hash); a file that is not a chat model (an EAGLE
+    head) is not a broken one and is left out, as is a sound file the next scan registers."""
+    registry = registry or ModelRegistry()
+    out: list[InstalledModel] = []
+    for p in _unregistered_ggufs(folder or models_dir(), registry):
+        try:
+            check_model_file(p)
+            continue
+        except ModelFileError as exc:
+            if exc.kind == "not_a_model":
+                continue
+            why = str(exc)
+        except OSError as exc:
+            why = f"cannot be read ({exc.strerror or exc})"
+        try:
+            size = p.stat().st_size
+        except OSError:
+            size = 0
+        record = ModelRecord(p.stem, str(p), "", size, "models folder (not added)")
+        out.append(InstalledModel(record, "damaged", why, catalog=catalog_entry(record, catalog), registered=False))
+    return out
 
 
 def _free_id(stem: str, sha: str, registry: ModelRegistry, path: str) -> str:
@@ -131,10 +199,7 @@ def import_gguf(path: str | Path, registry: ModelRegistry | None = None, source:
     weights checked, its sha256 taken. Raises ModelFileError saying what is wrong with it."""
     registry = registry or ModelRegistry()
     p = Path(path).expanduser().resolve()
-    info = inspect_gguf(p)
-    if info.architecture in NOT_CHAT_MODELS:
-        raise ModelFileError("not_a_model", f"{p.name} is {NOT_CHAT_MODELS[info.architecture]}.")
-    check_weights(info)
+    check_model_file(p)
     sha = sha256_file(p)
     record = ModelRecord(_free_id(p.stem, sha, registry, str(p)), str(p), sha, p.stat().st_size, source)
     registry.add(record)
@@ -149,8 +214,8 @@ class ScanResult:
     def summary(self) -> str:
         found = ", ".join(r.id for r in self.added)
         parts = [f"Found {len(self.added)} new model{'s' * (len(self.added) != 1)}" + (f": {found}" if found else "")]
-        parts += [f"skipped {p.name}: {why}" for p, why in self.skipped]
-        return "; ".join(parts) + "."
+        parts += [f"skipped {p.name}: {why.rstrip('.')}" for p, why in self.skipped]  # one period at the end
+        return sentence("; ".join(parts))
 
 
 def scan_models_folder(folder: Path | None = None, registry: ModelRegistry | None = None) -> ScanResult:
@@ -158,12 +223,8 @@ def scan_models_folder(folder: Path | None = None, registry: ModelRegistry | Non
     them out) that are not registered yet. A download in progress (`.partial`) is no model; a file
     registered already is not read again; one that cannot be used is reported, not registered."""
     registry = registry or ModelRegistry()
-    folder = folder or models_dir()
-    known = {str(Path(m.path).resolve()) for m in registry.all()}
     out = ScanResult()
-    for p in sorted(folder.rglob("*")):
-        if not p.is_file() or p.suffix.lower() != ".gguf" or str(p.resolve()) in known:
-            continue
+    for p in _unregistered_ggufs(folder or models_dir(), registry):
         try:
             out.added.append(import_gguf(p, registry, "local"))
         except ModelFileError as exc:
@@ -187,7 +248,8 @@ def weights_to_delete(record: ModelRecord, registry: ModelRegistry | None = None
 
 def delete_model(record: ModelRecord, registry: ModelRegistry | None = None) -> list[Path]:
     """Delete a model: its file (and an unfinished download of it), its registry entry, and its
-    acceleration folder (weights_to_delete). Returns what was removed."""
+    acceleration folder (weights_to_delete). Returns what was removed. The caller has asked the user,
+    naming the full path of a file outside the models folder."""
     registry = registry or ModelRegistry()
     removed: list[Path] = []
     p = Path(record.path)
@@ -199,8 +261,17 @@ def delete_model(record: ModelRecord, registry: ModelRegistry | None = None) -> 
     if folder is not None:
         shutil.rmtree(folder)
         removed.append(folder)
-    registry.remove(record.id)
+    remove_from_list(record, registry)
     return removed
+
+
+def remove_from_list(record: ModelRecord, registry: ModelRegistry | None = None) -> None:
+    """Forget a model and nothing else: its file and acceleration weights stay where they are. Only
+    the entry of this very file goes (an unregistered file's made-up record may share another's id)."""
+    registry = registry or ModelRegistry()
+    held = registry.get(record.id)
+    if held is not None and held.path == record.path:
+        registry.remove(record.id)
 
 
 def on_disk(filename: str, registry: ModelRegistry | None = None, damaged: bool = False) -> ModelRecord | None:

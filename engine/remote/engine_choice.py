@@ -193,6 +193,9 @@ class EngineChoice:
         self.remote_models: dict[str, Listed] = {}
         self.local_loaded: p.Loaded | None = None  # the worker's model, kept while a remote engine answers
         self.local_decided: p.AutoDecided | None = None
+        # My models' Unload: the worker holds no model until the next load (local_path is the one
+        # unloaded: what "Use local model" or a restart loads again); the switcher shows none chosen
+        self.unloaded = False
         self._held: list[p.Message] = []  # the worker's other news while it does not answer
         self._remote_loaded = False
 
@@ -233,7 +236,7 @@ class EngineChoice:
         used last is still picked again once it has loaded."""
         if self.remote is not None:
             self._leave_remote(replay=False)
-        self.local_path = path
+        self.local_path, self.unloaded = path, False
         self._on_event(Loading(path))
         self.send(self._load_for(path), local=True)
 
@@ -269,6 +272,7 @@ class EngineChoice:
         """The worker frees its model (My models' Unload); its Unloaded follows. A remote engine that
         answers goes on answering."""
         self.local_loaded = self.local_decided = None
+        self.unloaded = True
         self.send(p.Unload(), local=True)
 
     def stop_restoring(self) -> None:
