@@ -76,3 +76,29 @@ def test_the_next_turn_regenerate_continue_and_a_restart_reuse_the_chats_cache(
         assert stats.n_prompt_cached >= n_first - 4, f"{mode}: after a restart the chat was read again"
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("mode", ["ngram", "eagle"])
+def test_a_request_with_a_grammar_between_two_turns_loses_no_cache(model_path: Path, mode: str) -> None:
+    """A grammar (tools, JSON) or logprobs runs in the vanilla decoder whatever the mode: it goes on
+    from the mode's exact cache, and the mode's next turn goes on from what it left."""
+    from engine.worker.session import EngineSession
+
+    session = EngineSession(
+        p.Load(model_path=str(model_path), placement=p.Placement(n_ctx=2048), mode=mode, measure_reference=False)
+    )
+    try:
+        first = [{"role": "user", "content": f"(grammar, {mode}) {CHAT}"}]
+        done, _ = _turn(session, first)
+        asked = [*first, {"role": "assistant", "content": done.text}, {"role": "user", "content": "Yes or no: was it rainy?"}]
+        events: list[p.Message] = []
+        req = p.Generate("g", asked, p.Sampling.greedy(4), grammar='root ::= "yes" | "no"')
+        session.generate(req, events.append, threading.Event(), time.perf_counter())
+        stats = [e for e in events if isinstance(e, p.Stats)][-1]
+        assert stats.mode == "vanilla" and stats.n_prompt_cached >= done.n_prompt - 4, "the grammar's request read the chat again"
+        yes_no = [e for e in events if isinstance(e, p.Done)][-1].text
+        nxt = [*asked, {"role": "assistant", "content": yes_no}, {"role": "user", "content": "Why?"}]
+        _, stats = _turn(session, nxt)
+        assert stats.mode == mode and stats.n_prompt_cached >= done.n_prompt - 4, "the next turn read the chat again"
+    finally:
+        session.close()

@@ -37,7 +37,7 @@ def _first_token_s(url: str, model: str, messages: list[dict[str, str]], max_tok
         if piece:
             first = first or time.perf_counter() - t0
             text += piece
-    return first, text
+    return first or time.perf_counter() - t0, text  # an empty answer: its end
 
 
 def _leave_while_read(url: str, model: str, messages: list[dict[str, str]]) -> None:

@@ -7,7 +7,7 @@ request): the chat's KV cache is never touched. llama.cpp's own mean pooling nee
 one micro-batch, whose output buffer then holds n_vocab logits per token (~0.6 GB for 1,000 tokens
 of a 151k-token vocabulary); here the input goes in chunks of EMBED_CHUNK tokens, each chunk's
 hidden states (pooling "none") are summed, and the buffers stay at a chunk's size. The context is
-freed with the model: llama-cpp-python closes a context before the model it belongs to.
+freed before the model (EngineSession.close calls close()).
 """
 
 from __future__ import annotations
@@ -80,3 +80,8 @@ class Embedder:
         mean = total / len(tokens)
         norm = float(np.linalg.norm(mean))
         return (mean / norm if norm > 0 else mean).astype(np.float32).tolist()
+
+    def close(self) -> None:
+        """Free the context and batch (before the model they belong to)."""
+        self._batch.close()
+        self._ctx.close()

@@ -45,6 +45,7 @@ from engine.placement.weights_layout import repack_is_exact
 from engine.sequences import common_prefix
 from engine.worker import auto
 from engine.worker.answer import AnswerStream, split_stop
+from engine.worker.embeddings import Embedder
 from engine.worker.stop_flag import StopFlag
 from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
 
@@ -147,6 +148,7 @@ class EngineSession:
         self._decision_key = ""
         self._answers = auto.AnswerCheck()  # do the answers bear auto's decision out?
         self._vanilla: VanillaDecoder | None = None  # requests with a grammar or logprobs in another mode
+        self._embedder: Embedder | None = None  # /v1/embeddings' own context, made at the first request
         makers, why_not, acceleration = self._available_modes(load, Path(load.model_path))
         self.mode, self.decoder = self._make_decoder(load, makers, why_not)
         self.loaded = p.Loaded(
@@ -358,6 +360,7 @@ class EngineSession:
         if self._auto_makers is None or self._auto is not None or not self._answers.add(ratio):
             return None
         was = self.mode
+        self._keep_live_cache()  # the decoder goes: its conversation is kept for the next turn
         self._decisions.forget(self._decision_key)
         old, self.decoder = self.decoder, self._calibrate(self._auto_makers, self._decision_key, keep_mode=False)
         old.close()
@@ -438,6 +441,8 @@ class EngineSession:
         self.decoder.close()
         if self._vanilla is not None:
             self._vanilla.close()
+        if self._embedder is not None:
+            self._embedder.close()
         self.llm.close()
 
     def _piece(self, token: int, special: bool = False) -> bytes:
@@ -500,7 +505,8 @@ class EngineSession:
             return self.decoder
         if self._vanilla is None:
             self._vanilla = VanillaDecoder(self.llm, self.n_ctx)
-        self._vanilla.adopt([])
+        # a restorable mode's cache is exact (what vanilla computes): the request goes on from it
+        self._vanilla.adopt(self.decoder.kv_tokens() if self.decoder.restorable else [])
         self.decoder.forget()
         return self._vanilla
 
@@ -760,6 +766,8 @@ class EngineSession:
         emit(stats())
         emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
         if vanilla is not None:
+            if vanilla is not self.decoder and self.decoder.restorable:
+                self.decoder.adopt(vanilla.kv_tokens())  # the conversation goes on from what vanilla left
             return  # a grammar or logprobs' work makes this answer's speed no measure of the mode's
         quiet = cores_used_by_others(machine_before, self._sample()) <= TOLERATED_CORES
         if decided := self._after_answer(decode_speed(), threads_used, band, len(out_tokens) - 1, quiet):
@@ -787,12 +795,9 @@ class EngineSession:
         """/v1/embeddings from the loaded model (engine/worker/embeddings.py): a context of its own on
         the same weights, made at the first request and freed with the model. EmbedInputError for an
         input that cannot be embedded (empty, too long, not token ids)."""
-        from engine.worker.embeddings import Embedder
-
-        embedder = getattr(self, "_embedder", None)
-        if embedder is None:
-            embedder = self._embedder = Embedder(self.llm, self.n_ctx, self.n_threads)
-        return embedder.embed(req)
+        if self._embedder is None:
+            self._embedder = Embedder(self.llm, self.n_ctx, self.n_threads)
+        return self._embedder.embed(req)
 
 
 class _StopReading:
