@@ -206,7 +206,9 @@ class Recipe:
         if "-DGGML_NATIVE=ON" in self.cmake_args:  # other builds name their ISA flags in cmake_args
             h.update(cpu_fingerprint().encode())
         for path in (*self.patches, *self.sources):
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+            # the path under native/, not the name: a file moved between folders builds elsewhere
+            where = path.relative_to(NATIVE_DIR).as_posix() if path.is_relative_to(NATIVE_DIR) else str(path)
+            h.update(where.encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()[:16]
 
     @property

@@ -40,6 +40,18 @@ def test_build_key_changes_with_any_input(tmp_path: Path, monkeypatch) -> None: 
     flags = native_build.Recipe(base.patches, base.sources, (*base.cmake_args, "-DX=1"), base.backend)
     assert flags.key != base.key
     assert native_build.make_recipe(upstream=True).key != base.key
+    # the same file in another folder (native/src/ -> native/src/spec/) is another build (issue 47)
+    first = base.sources[0]
+    moved = tmp_path / "native" / "src" / "spec" / first.name
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(first.read_bytes())
+    monkeypatch.setattr(native_build, "NATIVE_DIR", tmp_path / "native")
+    at_home = tmp_path / "native" / "src" / first.name
+    at_home.write_bytes(first.read_bytes())
+    others = tuple(s for s in base.sources if s != first)
+    here = native_build.Recipe(base.patches, (at_home, *others), base.cmake_args, base.backend)
+    there = native_build.Recipe(base.patches, (moved, *others), base.cmake_args, base.backend)
+    assert here.key != there.key
 
 
 def test_sync_tree_rewrites_only_changed_files(tmp_path: Path) -> None:
