@@ -61,6 +61,26 @@ def test_terminal_chat_answers_and_quits_on_eof(model_path: Path) -> None:
     assert "tok/s" in result.stderr
 
 
+def test_terminal_chat_says_how_far_a_long_prompt_is_read(model_path: Path) -> None:
+    """Issue 45: a long paste showed nothing until its first token; the terminal now says how far the
+    reading is, on one line rewritten in place, which the answer then replaces."""
+    import subprocess
+    import sys
+
+    paste = " ".join(f"Item {i}: the ferry from harbour {i % 9} left at {i % 12 + 1} o'clock." for i in range(90))
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "chat", "--model", str(model_path), "--temperature", "0", "--max-tokens", "8"],
+        input=f"Summarise this list: {paste}\n".encode(),
+        capture_output=True,  # bytes: text mode would read each carriage return as a line break
+        timeout=300,
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 0, err[-1000:]
+    assert "\r[reading the prompt: 0 of " in err and "\r[reading the prompt: 512 of " in err
+    assert "\r\033[K" in err  # the line goes before the answer starts
+    assert len(result.stdout.decode().strip("> \n")) > 3
+
+
 def test_terminal_chat_ctrl_c_stops_the_answer_not_the_engine(model_path: Path) -> None:
     """A terminal's Ctrl+C reaches the whole foreground process group: it must stop the streaming
     answer and leave the engine alive for the next question; /help is a command, not a prompt."""
