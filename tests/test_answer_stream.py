@@ -18,7 +18,7 @@ class Letters:
     def is_end(self, token: int) -> bool:
         return token == END
 
-    def piece(self, token: int) -> bytes:
+    def piece(self, token: int, special: bool = False) -> bytes:
         return chr(96 + token).encode()
 
 
@@ -50,3 +50,14 @@ def test_an_answer_cut_by_max_tokens_counts_its_tokens(monkeypatch: pytest.Monke
     stream, _events = _answer(monkeypatch, [(float(i), i) for i in range(1, 6)])  # a..e, no end token
     monkeypatch.setattr(answer_module.time, "perf_counter", lambda: 9.0)
     assert stream.stats().decode_tok_s == pytest.approx(1.0)
+
+
+def test_recent_speed_is_the_last_seconds_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One answer loop for both paths (issue 47): the batched path's Stats said recent_tok_s = the
+    whole answer's average, so its meter never showed a slowdown or a speed-up as it happened."""
+    slow = [(float(i), i) for i in range(1, 5)]  # a..d at 1 tok/s
+    fast = [(4.0 + 0.1 * i, 4 + i) for i in range(1, 11)]  # e..n at 10 tok/s
+    stream, _events = _answer(monkeypatch, [*slow, *fast])
+    monkeypatch.setattr(answer_module.time, "perf_counter", lambda: 9.0)
+    stats = stream.stats()
+    assert stats.recent_tok_s == pytest.approx(10.0) and stats.decode_tok_s == pytest.approx(13 / 4)

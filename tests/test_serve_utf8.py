@@ -29,7 +29,7 @@ class Bytes:
     def is_end(self, token: int) -> bool:
         return token == 0
 
-    def piece(self, token: int) -> bytes:
+    def piece(self, token: int, special: bool = False) -> bytes:
         return bytes([token])
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import itertools
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +23,6 @@ from engine.llm.decoders import (
     Decoder,
     DrafterDecoder,
     Grammar,
-    Progress,
     SpecEEDecoder,
     VanillaDecoder,
     greedy_alone,
@@ -44,7 +41,7 @@ from engine.paths import cache_dir
 from engine.placement.weights_layout import repack_is_exact
 from engine.sequences import common_prefix
 from engine.worker import auto
-from engine.worker.answer import AnswerStream, split_stop
+from engine.worker.answer import AnswerStream
 from engine.worker.embeddings import Embedder
 from engine.worker.stop_flag import StopFlag
 from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
@@ -59,7 +56,6 @@ TOKEN_EMIT_S = 0.03
 # their tokens to Python (Decoder.stream's step_us): under the emit interval, and a cancel or a stop
 # string waits out at most that much more decoding.
 NATIVE_STEP_US = 20_000
-RECENT_S = 1.0  # Stats.recent_tok_s: the decode speed over about this long
 SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
 DECISIONS_VERSION = "v2"  # auto's cache key: v2 entries were measured on a quiet machine, per context length
 CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
@@ -556,8 +552,8 @@ class EngineSession:
     def is_end(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
-    def piece(self, token: int) -> bytes:
-        return self._piece(token)
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return self._piece(token, special)
 
     def _switch_slot_cache(self, slot: Slot, tokens: list[int]) -> None:
         """_switch_cache for a slot of the batch: the conversation it held is kept before a prompt
@@ -642,18 +638,7 @@ class EngineSession:
             self._switch_cache(tokens)
         cached = decoder.cached_prefix(tokens)
         self.llm.set_seed(s.seed if s.seed >= 0 else random.getrandbits(32))
-
-        stops = [st for st in s.stop if st]
-        hold = max((len(st) for st in stops), default=1) - 1
-        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        text, pending, out_tokens = "", "", []
-        unsent, last_sent = "", 0.0  # text decoded but not yet sent, and when a Token last went out
-        finish = p.FinishReason.CONTEXT_FULL  # when the token stream ends on its own
-        t_first = t_last = 0.0
-        n_sampled = 0  # tokens the decoder gave, the end-of-generation one included
-        last_stats = 0.0
         band = auto.prompt_band(len(tokens))
-        recent: deque[tuple[float, int]] = deque()  # (time, tokens generated): the last second of decode
         governor = self._governor
         if governor is not None:
             governor.restart()
@@ -662,46 +647,34 @@ class EngineSession:
         threads_used = {self._threads_now}
         machine_before = self._sample()  # was the machine quiet while this answer ran?
 
-        def decode_speed() -> float:
-            """Tokens sampled after the first over the time since it: the prompt's prefill never
-            counts, and the end-of-generation token does, as the decode step it cost (llama-server
-            counts it too: leaving it out read a 20-token answer 5% slow)."""
-            return (n_sampled - 1) / (t_last - t_first) if n_sampled > 1 and t_last > t_first else 0.0
-
-        def stats() -> p.Stats:
-            now_first = t_first or time.perf_counter()
-            n_gen = len(out_tokens)
-            decode = decode_speed()
-            prefill_n = len(tokens) - cached
-            (t_old, n_old), (t_new, n_new) = (recent[0], recent[-1]) if recent else ((0.0, 0), (0.0, 0))
+        def details(decode: float, n_gen: int) -> dict:
             comparable = len(threads_used) == 1 and n_gen > SHOW_RATIO_AFTER and mode != p.Mode.VANILLA
-            return p.Stats(
-                request_id=req.request_id,
-                mode=mode,
-                n_prompt=len(tokens),
-                n_prompt_cached=cached,
-                n_generated=n_gen,
-                ttft_ms=(now_first - t0) * 1000,
-                prefill_tok_s=prefill_n / max(now_first - t0, 1e-9),
-                decode_tok_s=decode,
-                recent_tok_s=(n_new - n_old) / (t_new - t_old) if t_new > t_old else decode,
-                vs_vanilla=self.reference.ratio(decode, self._threads_now, band) if comparable else 0.0,
-                n_ctx_used=decoder.kv_used(),
-                n_threads=self._threads_now,
-                accel=decoder.accel_stats(),
-            )
+            return {
+                "mode": mode,
+                "vs_vanilla": self.reference.ratio(decode, self._threads_now, band) if comparable else 0.0,
+                "n_ctx_used": decoder.kv_used(),
+                "n_threads": self._threads_now,
+                "accel": decoder.accel_stats(),
+            }
 
-        margins: list[float] = []
-        logprobs: list[p.TokenLogprob] = []  # Generate.logprobs: the tokens not sent yet
+        def logprob(tok: int, piece: bytes) -> p.TokenLogprob:
+            assert vanilla is not None
+            return self._token_logprob(vanilla, tok, piece, req.top_logprobs)
+
+        answer = AnswerStream(
+            req, len(tokens), cached, self, emit, t0, emit_every_s=TOKEN_EMIT_S, stats_every_s=STATS_INTERVAL_S,
+            n_threads=self._threads_now, long_prompt=self.llm.n_batch, details=details,
+            logprob=logprob if req.logprobs else None, margin=decoder.last_margin if req.report_margins else None,
+        )  # fmt: skip
         # logprobs and margins read the logits each token came from: one token a call then
         step_us = 0 if req.logprobs or req.report_margins else NATIVE_STEP_US
-        progress = self._prompt_progress(req.request_id, len(tokens), cached, emit, t0)
+        # PromptProgress after each batch of a long prompt; on a GPU only as it starts (the prompt is
+        # read in one call there: a whole prefill's chunks must stay the same, see above)
+        progress = answer.read if self.placement.n_gpu_layers == 0 else None
         if vanilla is not None:
             gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us, progress=progress)
         else:
             gen = decoder.stream(tokens, s, step_us=step_us, progress=progress)
-        preserved = set(req.preserved_tokens)  # a template's special tokens that the answer's text shows
-        live = req.live  # else the text goes out once, at the end
         reading = _StopReading(self.llm._ctx.ctx, cancelled)  # Stop ends the prompt's reading mid-batch
         try:
             first = next(gen)
@@ -711,80 +684,26 @@ class EngineSession:
             if not cancelled.is_set():
                 raise
             first = None  # stopped while the prompt was read: what was read of it stays cached
-            finish = p.FinishReason.CANCELLED
+            answer.cancel()
         finally:
             reading.close()
         for tok in itertools.chain((first,), gen) if first is not None else ():
             if governor is not None:
                 threads_used.add(governor.tick())
-            n_sampled += 1
-            now = time.perf_counter()
-            if not t_first:
-                t_first = now
-            t_last = now
-            if req.report_margins:
-                margins.append(decoder.last_margin())
-            if llama_cpp.llama_vocab_is_eog(self._vocab, tok):
-                finish = p.FinishReason.STOP
+            if answer.add(tok, False):
                 break
-            out_tokens.append(tok)
-            recent.append((now, len(out_tokens)))
-            while len(recent) > 2 and recent[1][0] <= now - RECENT_S:
-                recent.popleft()
-            piece = self._piece(tok, tok in preserved)
-            if req.logprobs:
-                assert vanilla is not None
-                logprobs.append(self._token_logprob(vanilla, tok, piece, req.top_logprobs))
-            pending += utf8.decode(piece)
-            emit_now, pending, hit = split_stop(pending, stops, hold)
-            if emit_now:
-                text += emit_now
-                unsent += emit_now
-                if live and (not last_sent or now - last_sent >= TOKEN_EMIT_S):  # the first piece at once
-                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
-                    unsent, last_sent, logprobs = "", now, []
-            if hit:
-                finish = p.FinishReason.STOP
-                break
-            if live and now - last_stats >= STATS_INTERVAL_S:
-                last_stats = now
-                if unsent:  # the meter never counts text not yet shown
-                    emit(p.Token(req.request_id, unsent, len(out_tokens) - 1, (now - t0) * 1000, logprobs))
-                    unsent, last_sent, logprobs = "", now, []
-                emit(stats())
             if cancelled.is_set():
-                finish = p.FinishReason.CANCELLED
-                break
-            if s.max_tokens and len(out_tokens) >= s.max_tokens:  # 0: until the context is full
-                finish = p.FinishReason.LENGTH
+                answer.cancel()
                 break
         gen.close()
-        utf8.reset()  # a character cut by the end (max_tokens, cancel) is dropped, never shown as U+FFFD
-        text += pending
-        if unsent or pending or logprobs:
-            emit(p.Token(req.request_id, unsent + pending, len(out_tokens) - 1, (time.perf_counter() - t0) * 1000, logprobs))
-        emit(stats())
-        emit(p.Done(req.request_id, finish, text, len(tokens), len(out_tokens), out_tokens, margins))
+        answer.close()
         if vanilla is not None:
             if vanilla is not self.decoder and self.decoder.restorable:
                 self.decoder.adopt(vanilla.kv_tokens())  # the conversation goes on from what vanilla left
             return  # a grammar or logprobs' work makes this answer's speed no measure of the mode's
         quiet = cores_used_by_others(machine_before, self._sample()) <= TOLERATED_CORES
-        if decided := self._after_answer(decode_speed(), threads_used, band, len(out_tokens) - 1, quiet):
+        if decided := self._after_answer(answer.decode_tok_s(), threads_used, band, len(answer.tokens) - 1, quiet):
             emit(decided)
-
-    def _prompt_progress(self, rid: str, n_prompt: int, cached: int, emit: Emit, t0: float) -> Progress | None:
-        """What tells the client how far a long prompt's reading is (one PromptProgress now and one
-        a batch); None for a prompt read in one batch (its first token comes soon). On a GPU the
-        prompt is read in one call, as a whole prefill's chunks must be the same (see generate)."""
-        if n_prompt - cached <= self.llm.n_batch:
-            return None
-
-        def tell(n_done: int) -> None:
-            emit(p.PromptProgress(rid, n_prompt, cached, n_done, (time.perf_counter() - t0) * 1000))
-
-        tell(cached)
-        return tell if self.placement.n_gpu_layers == 0 else None
 
     def _token_logprob(self, vanilla: VanillaDecoder, tok: int, piece: bytes, n_top: int) -> p.TokenLogprob:
         logprob, top = vanilla.logprobs(tok, n_top)
