@@ -1,6 +1,7 @@
-"""Screenshots for the README: the first-run pane, the main window (light and dark) with a streamed
-answer and the speed meter, the model switcher open, the settings page explaining the plan, and the
-model manager mid-download from a local hub server serving the real model, and the switcher with a
+"""Screenshots for the README and the user guide (docs/user-guide.md): the first-run pane, the main
+window (light and dark) with a streamed answer and the speed meter, the model switcher open, the
+settings page explaining the plan, and the model manager mid-download from a local hub server serving
+the real model, and the switcher with a
 remote engine (a real llama-server on 127.0.0.1 that has just answered); with --versions-only, the
 message actions (versions, a stopped answer, a question being edited); with --files-only, a chat with
 a PDF and a file waiting to go, and the chat's Generation dialog.

@@ -1,6 +1,6 @@
 """The quick subset runs in a venv where llama.cpp was never built (`make test-fast VENV=.venv-bare`):
 every test module that imports llama_cpp when it is collected must be in conftest's list of modules
-left out there, or collection fails before a single test runs (stop 40's CI did exactly that)."""
+left out there, or collection fails before a single test runs (an earlier CI run did exactly that)."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def test_hit_rates_count_each_proposal_by_its_match_length_and_whether_earlier_o
 
 
 def test_the_replay_takes_a_given_cost_curve_instead_of_measuring(tmp_path, model_path) -> None:  # type: ignore[no-untyped-def]
-    """`--cost` replays a report under a curve measured elsewhere (the README's), with no decode run."""
+    """`--cost` replays a report under a curve measured elsewhere (docs/acceleration.md's), with no decode run."""
     import json
     import subprocess
     import sys

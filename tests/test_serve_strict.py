@@ -354,9 +354,9 @@ def test_ignored_parameters_are_accepted_and_documented(served: ServerProcess) -
     # other unknown fields stay ignored too (clients send many)
     status, _, body = post(served, {"model": MODEL_ID, "messages": [USER], "max_tokens": 2, "some_extension": {"a": 1}})
     assert status == 200
-    readme = (REPO / "README.md").read_text()
-    serve_section = readme[readme.index("## Serve") : readme.index("## Remote engines")]
-    assert "accepted and ignored" in serve_section.lower() and all(f"`{name}`" in serve_section for name in schema.IGNORED)
+    server_doc = (REPO / "docs" / "server.md").read_text()
+    ignored_part = server_doc[server_doc.index("## What is refused, cut or ignored") : server_doc.index("## Concurrent requests")]
+    assert "accepted and ignored" in ignored_part.lower() and all(f"`{name}`" in ignored_part for name in schema.IGNORED)
 
 
 # -- 8. CORS for local browser clients ----------------------------------------------------------------

@@ -30,7 +30,7 @@ FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancell
 UNSUPPORTED = ("functions", "function_call", "echo", "suffix")  # functions: the deprecated form of tools
 COMPLETION_LOGPROBS_MAX = 5  # /v1/completions' logprobs: the most alternatives per token, as OpenAI's legacy API
 MODE_HEADER = "x-specee-mode"  # a request with a grammar or logprobs says it ran in the vanilla decoder
-# OpenAI parameters that mean nothing for one local model: accepted and ignored (README, Serve).
+# OpenAI parameters that mean nothing for one local model: accepted and ignored (docs/server.md).
 # Other fields a request carries are ignored as well, as OpenAI-compatible servers commonly do.
 IGNORED = ("store", "service_tier", "metadata", "user", "prediction")
 # `truncation`, as OpenAI's Responses API names it: "disabled" (the default) refuses a conversation

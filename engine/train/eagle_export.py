@@ -25,7 +25,7 @@ TRAINING_KEY = "specee.training"
 
 
 # Matrix storage: the head runs on every eagle and SpecEE step, so what it reads is paid per token.
-# Q4_0 against Q8_0 (same head, re-quantized; P24, 64 tokens, one bench each): SmolLM2-135M specee
+# Q4_0 against Q8_0 (same head, re-quantized; 24 dev prompts, 3 a category, 64 tokens, one bench each): SmolLM2-135M specee
 # draft 1.68 -> 1.35 ms a step and eagle draft + feed 3.4 -> 2.5 ms, with candidate hit 74.4 vs 74.0%
 # and acceptance 1.48 vs 1.47; Qwen2.5-Coder-1.5B specee draft 4.88 -> 3.73 ms, candidate hit 66.2%
 # both, exits 28.0% both.

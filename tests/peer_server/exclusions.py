@@ -38,7 +38,7 @@ REASONS = {
     "model-name": Reason(
         "names a model this server does not serve (gpt-3.5-turbo-instruct, davinci-002, gpt-4.1, codellama70b) or"
         " expects llama-server's --alias as the model id: llama-server answers any name, specee serve a 404"
-        " model_not_found naming the served model, as OpenAI does (README, Serve)"
+        " model_not_found naming the served model, as OpenAI does (docs/server.md)"
     ),
     "native": Reason(
         "llama-server's own API: /completion and the native fields its /completions answers with (content,"
@@ -53,9 +53,9 @@ REASONS = {
     "extensions": Reason(
         "llama-server's own add_generation_prompt/continue_final_message (specee serve continues an answer when"
         " the last message is the assistant's, as OpenAI-style clients send it) and ignores fields it does not know"
-        " (README, Serve); its grammar, json_schema and response_format json_object schema are honoured"
+        " (docs/server.md); its grammar, json_schema and response_format json_object schema are honoured"
     ),
-    "n": Reason("n = 2 (and id_slot): specee serve refuses n > 1 with a 400 (README, Serve)"),
+    "n": Reason("n = 2 (and id_slot): specee serve refuses n > 1 with a 400 (docs/server.md)"),
     "first-delta": Reason(
         "the first streamed chunk: llama-server sends delta content null, specee serve '' with the role, as"
         " OpenAI's API does; their stream helper (utils.make_any_request) refuses an empty content delta"
@@ -71,7 +71,7 @@ REASONS = {
     ),
     "images": Reason(
         "image content parts read from --media-path (llama-server with a vision model): specee serve has no"
-        " vision model and refuses images with a 400 (README, Serve)"
+        " vision model and refuses images with a 400 (docs/server.md)"
     ),
     "tools": Reason("until tool calls land (issue 26 item 1): specee serve refuses `tools` with a 400 today", run=True),
 }
