@@ -70,8 +70,10 @@ class SpeedMeter(QWidget):
         if s.vs_vanilla > 0:
             parts.append(f"{s.vs_vanilla:.2f}x vanilla")
             compared = f"{s.vs_vanilla:.2f}x vanilla measured here with the same threads and prompt length"
-        parts.append(f"first token {s.ttft_ms:.0f} ms")
-        full = [*parts[:-1], f"prompt {s.prefill_tok_s:.0f} tok/s", parts[-1]]
+        full = list(parts)
+        if s.ttft_ms > 0:  # 0: no token came (Stop while the prompt was read)
+            parts.append(f"first token {s.ttft_ms:.0f} ms")
+            full += [f"prompt {s.prefill_tok_s:.0f} tok/s", parts[-1]]
         if s.mode not in ("vanilla", "remote"):
             full.append(compared)
         if extra := accel_summary(s.mode, s.accel, short=True):

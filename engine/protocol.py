@@ -582,7 +582,7 @@ class Stats(Message):
     n_prompt: int = 0
     n_prompt_cached: int = 0  # reused from the previous turn's KV cache
     n_generated: int = 0
-    ttft_ms: float = 0.0
+    ttft_ms: float = 0.0  # 0: no token came (stopped while the prompt was read)
     prefill_tok_s: float = 0.0
     decode_tok_s: float = 0.0  # this answer's decode speed: tokens after the first over the time since it
     recent_tok_s: float = 0.0  # ... over about the last second (the engine's clock; 0 = not known yet)

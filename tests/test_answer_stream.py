@@ -61,3 +61,13 @@ def test_recent_speed_is_the_last_seconds_on_both_paths(monkeypatch: pytest.Monk
     monkeypatch.setattr(answer_module.time, "perf_counter", lambda: 9.0)
     stats = stream.stats()
     assert stats.recent_tok_s == pytest.approx(10.0) and stats.decode_tok_s == pytest.approx(13 / 4)
+
+
+def test_an_answer_stopped_before_its_first_token_claims_no_first_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45, tried again: Stop while the prompt was read left the meter saying "first token
+    2795 ms" (the time to the Stop) and a prompt speed for a prompt not read."""
+    stream, _events = _answer(monkeypatch, [])
+    stream.cancel()
+    monkeypatch.setattr(answer_module.time, "perf_counter", lambda: 3.0)
+    stats = stream.stats()
+    assert stats.n_generated == 0 and stats.ttft_ms == 0 and stats.prefill_tok_s == 0

@@ -142,7 +142,8 @@ class AnswerStream:
         return (n - 1) / (self.t_last - self.t_first) if n > 1 and self.t_last > self.t_first else 0.0
 
     def stats(self) -> p.Stats:
-        now_first = self.t_first or time.perf_counter()
+        """ttft_ms and prefill_tok_s are 0 for an answer that got no token (stopped while its prompt was read)."""
+        waited = self.t_first - self.t0 if self.t_first else 0.0
         n_gen = len(self.tokens)
         decode = self.decode_tok_s()
         (t_old, n_old), (t_new, n_new) = (self._recent[0], self._recent[-1]) if self._recent else ((0.0, 0), (0.0, 0))
@@ -154,8 +155,8 @@ class AnswerStream:
             n_prompt=self.n_prompt,
             n_prompt_cached=self.n_cached,
             n_generated=n_gen,
-            ttft_ms=(now_first - self.t0) * 1000,
-            prefill_tok_s=(self.n_prompt - self.n_cached) / max(now_first - self.t0, 1e-9),
+            ttft_ms=waited * 1000,
+            prefill_tok_s=(self.n_prompt - self.n_cached) / max(waited, 1e-9) if waited else 0.0,
             decode_tok_s=decode,
             recent_tok_s=(n_new - n_old) / (t_new - t_old) if t_new > t_old else decode,
             **fields,
