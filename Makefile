@@ -41,11 +41,14 @@ test-fast: $(VENV)/.deps-stamp
 peer-suite: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -s tests/test_peer_server_suite.py
 
-# ruff, then the import contracts of pyproject.toml ([tool.importlinter]: layers, forbidden imports).
+# ruff, then the import contracts of pyproject.toml ([tool.importlinter]: layers, forbidden imports),
+# then actionlint over .github/workflows (action versions, expressions, and shellcheck on the run
+# scripts where shellcheck is installed).
 lint: $(VENV)/.deps-stamp
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/actionlint
 
 # Plain upstream llama-cpp-python in .venv-upstream, for `specee bench --modes vanilla,upstream`.
 upstream: $(VENV)/.deps-stamp

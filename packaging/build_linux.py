@@ -1,10 +1,13 @@
 """Build the Linux installers from this checkout: a frozen onedir app (PyInstaller), a
-self-contained tar.gz (app folder + launcher + .desktop + icon) and a .deb that installs under
-/opt with a menu entry; then smoke-test both from clean folders (`--selftest`).
+self-contained tar.gz (app folder + launcher + .desktop + icon), a .deb that installs under /opt
+with a menu entry, and an AppImage (one file that runs without root or installing); then
+smoke-test each from clean folders (`--selftest`).
 
     .venv/bin/pip install -e '.[package]' && .venv/bin/python packaging/build_linux.py
 
-Artifacts land in dist/. Needs PyInstaller (the `package` extra) and dpkg-deb for the .deb.
+Artifacts land in dist/. Needs PyInstaller (the `package` extra), dpkg-deb for the .deb and
+appimagetool (on PATH, or its path in APPIMAGETOOL) for the AppImage; without one of the last two
+that artifact is left out and said so.
 """
 
 from __future__ import annotations
@@ -42,6 +45,16 @@ LAUNCHER = """#!/bin/sh
 here="$(dirname "$(readlink -f "$0")")"
 exec "$here/specee-chat/specee-chat" "$@"
 """
+
+
+# The AppImage's entry point: its runtime mounts (or, with APPIMAGE_EXTRACT_AND_RUN=1, extracts)
+# the image and sets APPDIR; the frozen app starts its worker and server from its own executable.
+APPRUN = """#!/bin/sh
+here="${APPDIR:-$(dirname "$(readlink -f "$0")")}"
+exec "$here/usr/lib/specee-chat/specee-chat" "$@"
+"""
+# Runs an AppImage (appimagetool's too) without FUSE, which containers and CI runners lack.
+NO_FUSE = {"APPIMAGE_EXTRACT_AND_RUN": "1"}
 
 
 def build_frozen(dist: Path, work: Path) -> Path:
@@ -115,6 +128,32 @@ def make_deb(app: Path, out_dir: Path) -> Path | None:
     return out
 
 
+def make_appdir(app: Path, appdir: Path) -> Path:
+    """The AppDir appimagetool packs: AppRun, the .desktop entry and its icon at the top (what the
+    tool and desktop integrations read), the frozen app under usr/lib."""
+    shutil.copytree(app, appdir / "usr" / "lib" / APP, symlinks=True)
+    (appdir / "AppRun").write_text(APPRUN)
+    (appdir / "AppRun").chmod(0o755)
+    (appdir / f"{APP}.desktop").write_text(DESKTOP.format(exec=APP, icon=APP))
+    shutil.copy(ROOT / "resources" / "icons" / "specee-chat.png", appdir / f"{APP}.png")
+    (appdir / ".DirIcon").symlink_to(f"{APP}.png")
+    return appdir
+
+
+def make_appimage(app: Path, out_dir: Path) -> Path | None:
+    tool = os.environ.get("APPIMAGETOOL") or shutil.which("appimagetool")
+    if not tool:
+        print("[package] appimagetool not found: no AppImage (put it on PATH or its path in APPIMAGETOOL)")
+        return None
+    stage = Path(tempfile.mkdtemp(prefix="specee-appdir-"))
+    appdir = make_appdir(app, stage / f"{APP}.AppDir")
+    out = out_dir / f"{APP}-{__version__}-x86_64.AppImage"
+    env = {**os.environ, **NO_FUSE, "ARCH": "x86_64"}
+    subprocess.run([tool, "--no-appstream", str(appdir), str(out)], check=True, env=env)
+    shutil.rmtree(stage)
+    return out
+
+
 # A Vulkan loader pointed at no driver: the machine of a user without a GPU driver.
 NO_VULKAN_DRIVER = {"VK_ICD_FILENAMES": "/nonexistent/no-driver.json"}
 
@@ -148,7 +187,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="specee-pyi-"))
     app = build_frozen(work / "dist", work / "build")
-    artifacts = {"tar.gz": make_tarball(app, out), "deb": make_deb(app, out)}
+    artifacts = {"tar.gz": make_tarball(app, out), "deb": make_deb(app, out), "AppImage": make_appimage(app, out)}
     summary: dict = {
         "app_dir_mb": round(sum(f.stat().st_size for f in app.rglob("*") if f.is_file() and not f.is_symlink()) / 1e6, 1)
     }
@@ -166,6 +205,8 @@ def main() -> int:
             deb_root = Path(tempfile.mkdtemp(prefix="specee-debx-"))
             subprocess.run(["dpkg-deb", "-x", str(artifacts["deb"]), str(deb_root)], check=True)
             summary["deb"]["smoke"] = smoke(deb_root / "opt" / APP / APP)
+        if artifacts["AppImage"] is not None:
+            summary["AppImage"]["smoke"] = smoke(artifacts["AppImage"], NO_FUSE)
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(summary, indent=1))
     return 0

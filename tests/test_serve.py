@@ -342,15 +342,33 @@ def test_a_launched_server_never_outlives_its_launcher(model_path: Path, tmp_pat
     try:
         line = launcher.stdout.readline() if launcher.stdout else ""
         server_pid, port = map(int, line.split())
-        assert http.client.HTTPConnection("127.0.0.1", port, timeout=10) and _alive(server_pid)
+        # the server answers on its port with its model loaded (start() returned), and it is the process we watch
+        state = _health(port)
+        assert state.get("status") == "ok", state
+        worker_pid = state["worker_pid"]
+        assert _alive(server_pid) and worker_pid and _alive(worker_pid)
         launcher.kill()
         launcher.wait()
         deadline = time.monotonic() + 30
-        while _alive(server_pid) and time.monotonic() < deadline:
+        while (_alive(server_pid) or _alive(worker_pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _alive(server_pid), "the server outlived the process that started it"
+        assert not _alive(worker_pid), "the server's engine outlived the process that started the server"
+        assert _health(port) == {}, "something still answers on the server's port"
     finally:
         launcher.kill()
+
+
+def _health(port: int) -> dict:
+    """GET /health on 127.0.0.1:port: its JSON, or {} when nothing answers there."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/health")
+        return json.loads(conn.getresponse().read())
+    except (OSError, ValueError):
+        return {}
+    finally:
+        conn.close()
 
 
 def _alive(pid: int) -> bool:
