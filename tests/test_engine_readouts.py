@@ -14,7 +14,7 @@ import pytest
 from app.model_status import acceleration_state
 from engine import protocol as p
 from engine.client import WorkerClient, WorkerError
-from engine.worker.session import RECENT_S
+from engine.worker.answer import RECENT_S
 
 QUESTION = [{"role": "user", "content": "Write three sentences about the sea."}]
 
