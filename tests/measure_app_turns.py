@@ -90,7 +90,12 @@ def run_mode(model: Path, mode: str, n_tokens: int, pause_s: float) -> dict[str,
     out["next turn after reopening the app"] = timed(win, lambda: send(win, "And the ships?"))
     win.new_conversation()
     send(win, FILLER * max(1, n_tokens // 20) + "(another paste) What is this about?")
-    _wait(app, lambda: any(line.startswith("Reading the prompt") for line in win.view.cards[len(win.messages) - 1].footer_lines))
+
+    def footer() -> list[str]:  # the live answer's card's (none before the view made it)
+        cards = win.view.cards
+        return cards[len(win.messages) - 1].footer_lines if 0 < len(win.messages) <= len(cards) else []
+
+    _wait(app, lambda: any(line.startswith("Reading the prompt") for line in footer()))
     t0 = time.perf_counter()
     QTest.keyClick(win.input, Qt.Key.Key_Escape)
     _wait(app, lambda: not win.request_id)
