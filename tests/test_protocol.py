@@ -280,7 +280,7 @@ def test_the_modes_and_limits_exist_once_in_the_protocol() -> None:
     # no other module spells out the list of modes
     mode_names = set(p.MODES)
     for path in [*ROOT.glob("engine/**/*.py"), *ROOT.glob("app/**/*.py")]:
-        if path.name == "protocol.py":
+        if path.parent == ROOT / "engine" / "protocol":  # the modes' one home
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):

@@ -1,4 +1,4 @@
-"""Vanilla's own decode loop (engine/llm/decoders.py VanillaDecoder: llama_decode + llama.cpp's sampler
+"""Vanilla's own decode loop (engine/llm/decoders/vanilla.py VanillaDecoder: llama_decode + llama.cpp's sampler
 chain per token, no Python generate loop) answers token for token as llama-cpp-python's generate did,
 from a cold cache and after reusing a cached prefix, on the default model and a tiny qwen2 model."""
 

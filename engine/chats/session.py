@@ -19,7 +19,7 @@ from engine.chats.attachments import Attachment, with_attachments
 from engine.chats.generation import SAMPLING_PRESETS, Generation
 from engine.chats.store import ConversationStore
 
-# What users read for the worker's error kinds (engine/protocol.py Error.kind), never the raw kind.
+# What users read for the worker's error kinds (engine/protocol/enums.py ErrorKind), never the raw kind.
 ERROR_TITLES: dict[str, str] = {
     p.ErrorKind.MODEL_FILE: "The model file cannot be used",
     p.ErrorKind.LOAD_FAILED: "The model could not be loaded",

@@ -1,5 +1,5 @@
 """GBNF grammars for structured output, from llama-cpp-python's grammar module (llama.cpp's JSON
-grammar and its JSON-schema converter); the sampler chain enforces them (decoders._sampler).
+grammar and its JSON-schema converter); the sampler chain enforces them (decoders.make_sampler).
 
 Imported lazily by the HTTP server on its first structured request: it loads llama.cpp's library.
 """

@@ -31,7 +31,7 @@ DEFAULT_TIMEOUTS = Timeouts()
 
 class RemoteError(EngineError):
     """A remote endpoint refused or failed a request (the local worker's is WorkerError).
-    kind: unreachable | unauthorized | timeout | bad_response | server_stopped (engine/protocol.py's error kinds)."""
+    kind: unreachable | unauthorized | timeout | bad_response | server_stopped (engine/protocol/enums.py's error kinds)."""
 
 
 @dataclass

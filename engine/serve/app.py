@@ -3,9 +3,10 @@
 
 Every request waits for its turn and the worker's first event before its response starts, so a
 refusal (a chat longer than the context, a full queue) has its own status, streamed or not; a client
-that leaves meanwhile is noticed (`_while_connected`). Streaming answers are then server-sent events
-(`data: {chunk}` ... `data: [DONE]`); Starlette's StreamingResponse watches for the client leaving
-and cancels the stream, whose cleanup then cancels the answer on the worker.
+that leaves meanwhile is noticed (`_while_connected`). The answer is then read by engine/serve/streams.py:
+collected whole, or streamed as server-sent events (`data: {chunk}` ... `data: [DONE]`); Starlette's
+StreamingResponse watches for the client leaving and cancels the stream, whose cleanup then cancels
+the answer on the worker.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.applications import Starlette
@@ -31,18 +32,18 @@ from engine.serve.embeddings import embeddings_response, parse_embeddings
 from engine.serve.errors import ApiError
 from engine.serve.request_log import RequestLog, RequestLogger, entry_of
 from engine.serve.responses import ResponseShapes, parse_responses
-from engine.serve.schema import (
-    FINISH,
-    MAX_BODY_BYTES,
-    MODE_HEADER,
-    TRUNCATED_HEADER,
-    ParsedRequest,
-    Shapes,
-    parse_chat,
-    parse_completion,
-)
+from engine.serve.schema import MAX_BODY_BYTES, MODE_HEADER, TRUNCATED_HEADER, ParsedRequest, parse_chat, parse_completion
 from engine.serve.security import Cors, Guard
-from engine.serve.tools import DeltaStream, message
+from engine.serve.streams import (
+    Parse,
+    Usage,
+    collect,
+    collect_response,
+    finish,
+    stream,
+    stream_response,
+    stream_tools,
+)
 
 if TYPE_CHECKING:
     from engine.llm.tool_calls import ChatTemplates, ToolPrompt
@@ -91,10 +92,6 @@ async def _while_connected(request: Request, work: Awaitable[T]) -> T | None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     return None
-
-
-def _sse(obj: dict[str, Any]) -> bytes:
-    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
 class Routes:
@@ -221,18 +218,21 @@ class Routes:
             return await self._start(later, overflow_param)
 
         choices = Choices(generation, generate, req.n, start)
-        log = _Usage(request)
+        log = Usage(request)
+        parse = self._parser(tool_prompt) if tool_prompt else None
         if req.stream:
-            events = self._stream_tools(choices, req, tool_prompt, log) if tool_prompt else self._stream(choices, req, chat, log)
+            events = (
+                stream_tools(choices, req, self.model_id, log, parse) if parse else stream(choices, req, chat, self.model_id, log)
+            )
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
                 # runs also after a disconnect; a stream cancelled while sending (or never started) is
                 # closed here, its answer cancelled, rather than whenever it is garbage-collected
-                background=BackgroundTask(_finish, events, choices),
+                background=BackgroundTask(finish, events, choices),
             )
-        result = await _while_connected(request, self._collect(choices, req, chat, tool_prompt, log))
+        result = await _while_connected(request, collect(choices, req, chat, self.model_id, log, parse))
         return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
 
     def _headers(self, generation: Generation, req: ParsedRequest) -> dict[str, str]:
@@ -259,45 +259,15 @@ class Routes:
         headers = self._headers(generation, req)
         shapes = ResponseShapes(generation.request_id, self.model_id, req)
         if req.stream:
-            events = self._stream_response(generation, shapes, _Usage(request))
+            events = stream_response(generation, shapes, Usage(request))
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
-                background=BackgroundTask(_finish, events, generation),
+                background=BackgroundTask(finish, events, generation),
             )
-        result = await _while_connected(request, self._collect_response(generation, shapes, _Usage(request)))
+        result = await _while_connected(request, collect_response(generation, shapes, Usage(request)))
         return JSONResponse(result, headers=headers) if result is not None else Response(status_code=499)
-
-    async def _collect_response(self, generation: Generation, shapes: ResponseShapes, log: _Usage) -> dict[str, Any]:
-        try:
-            async for msg in generation.events():
-                log.add(0, msg)
-                if isinstance(msg, p.Done):
-                    return shapes.complete(msg, log.cached)
-        finally:
-            log.close()
-            generation.close()
-        raise ApiError(500, "the engine ended the answer without a result")
-
-    async def _stream_response(self, generation: Generation, shapes: ResponseShapes, log: _Usage) -> AsyncGenerator[bytes, None]:
-        try:
-            for event in shapes.opening():
-                yield event
-            async for msg in generation.events():
-                log.add(0, msg)
-                if isinstance(msg, p.Token) and msg.text:
-                    yield shapes.delta(msg.text)
-                elif isinstance(msg, p.Done):
-                    for event in shapes.closing(msg, log.cached):
-                        yield event
-        except ApiError as exc:
-            # the status line is long gone: the Responses API's own error event
-            log.failed()
-            yield shapes.event("error", code=exc.code, message=exc.message, param=exc.param)
-        finally:
-            log.close()
-            generation.close()
 
     async def embeddings(self, request: Request) -> Response:
         """POST /v1/embeddings: vectors from the loaded model (engine.serve.embeddings)."""
@@ -329,104 +299,20 @@ class Routes:
                 generation.close()
         return generation
 
-    async def _collect(
-        self, choices: Choices, req: ParsedRequest, chat: bool, tool_prompt: ToolPrompt | None, log: _Usage
-    ) -> dict[str, Any]:
-        shapes = [Shapes(choices.request_id, self.model_id, chat, req.logprobs, i) for i in range(choices.n)]
-        logprobs: list[list[p.TokenLogprob]] = [[] for _ in range(choices.n)]
-        dones: dict[int, p.Done] = {}
-        try:
-            async for i, msg in choices.events():
-                log.add(i, msg)
-                if isinstance(msg, p.Token):
-                    logprobs[i] += msg.logprobs
-                elif isinstance(msg, p.Done):
-                    dones[i] = msg
-        finally:
-            log.close()
-            choices.close()
-        if len(dones) != choices.n:
-            raise ApiError(500, "the engine ended the answer without a result")
-        out = []
-        for i, done in sorted(dones.items()):
-            answer = self._parsed(done.text, tool_prompt, partial=done.finish_reason != "stop") if tool_prompt else None
-            out.append(shapes[i].choice(done, logprobs[i], message(answer) if answer is not None else None))
-        return shapes[0].response(out, [dones[i] for i in sorted(dones)], log.cached)
+    def _parser(self, tool_prompt: ToolPrompt) -> Parse:
+        """The answer's text read by the template's parser; a text it cannot read is content."""
 
-    async def _stream(self, choices: Choices, req: ParsedRequest, chat: bool, log: _Usage) -> AsyncGenerator[bytes, None]:
-        try:
-            shapes = [Shapes(choices.request_id, self.model_id, chat, req.logprobs, i) for i in range(choices.n)]
-            if chat:
-                for each in shapes:
-                    yield _sse(each.chunk(first=True))
-            dones: list[p.Done] = []
-            async for i, msg in choices.events():
-                log.add(i, msg)
-                if isinstance(msg, p.Token) and (msg.text or msg.logprobs):
-                    yield _sse(shapes[i].chunk(msg.text, logprobs=msg.logprobs if req.logprobs else None))
-                elif isinstance(msg, p.Done):
-                    dones.append(msg)
-                    yield _sse(shapes[i].chunk(finish=msg.finish_reason))
-                elif isinstance(msg, p.PromptProgress) and req.return_progress and i == 0:  # the choices share the prompt
-                    yield _sse(shapes[0].progress_chunk(msg))
-            if req.include_usage and dones:
-                yield _sse(shapes[0].usage_chunk(dones, log.cached))
-            yield b"data: [DONE]\n\n"
-        except ApiError as exc:
-            # the status line is long gone: OpenAI clients raise on an error event
-            log.failed()
-            yield _sse(exc.body())
-        finally:
-            log.close()
-            choices.close()
+        def parse(text: str, partial: bool) -> dict[str, Any]:
+            from engine.llm.tool_calls import ToolTemplateError
 
-    def _parsed(self, text: str, tool_prompt: ToolPrompt, partial: bool) -> dict[str, Any]:
-        """The answer read by the template's parser; a text it cannot read is content."""
-        from engine.llm.tool_calls import ToolTemplateError
+            assert self._templates is not None
+            try:
+                return self._templates.parse(text, tool_prompt, partial)
+            except ToolTemplateError as exc:
+                self.bridge.log(f"the answer could not be parsed for tool calls ({exc}); sent as content")
+                return {"role": "assistant", "content": text}
 
-        assert self._templates is not None
-        try:
-            return self._templates.parse(text, tool_prompt, partial)
-        except ToolTemplateError as exc:
-            self.bridge.log(f"the answer could not be parsed for tool calls ({exc}); sent as content")
-            return {"role": "assistant", "content": text}
-
-    async def _stream_tools(
-        self, choices: Choices, req: ParsedRequest, tool_prompt: ToolPrompt, log: _Usage
-    ) -> AsyncGenerator[bytes, None]:
-        """A chat answer with tools (n is 1), streamed: parsed as it grows (llama.cpp's partial parse),
-        sent as OpenAI's content and tool_calls deltas."""
-        try:
-            shapes = Shapes(choices.request_id, self.model_id, True, req.logprobs)
-            deltas = DeltaStream()
-            # content null, not "": what OpenAI's first chunk says when the answer may be calls only
-            yield _sse(shapes.delta_chunk({"role": "assistant", "content": None}))
-            text = ""
-            async for _i, msg in choices.events():
-                log.add(0, msg)
-                if isinstance(msg, p.Token) and (msg.text or msg.logprobs):
-                    text += msg.text
-                    out = deltas.update(self._parsed(text, tool_prompt, partial=True)) if msg.text else []
-                    lp = msg.logprobs if req.logprobs else None
-                    if lp and not out:  # the text so far may be held back (a call's opening): its logprobs are not
-                        out = [{}]
-                    for i, delta in enumerate(out):  # logprobs ride on the first delta
-                        yield _sse(shapes.delta_chunk(delta, logprobs=lp if i == 0 else None))
-                elif isinstance(msg, p.Done):
-                    final = msg.finish_reason == "stop"
-                    for delta in deltas.update(self._parsed(msg.text, tool_prompt, partial=not final), final=True):
-                        yield _sse(shapes.delta_chunk(delta))
-                    reason = FINISH.get(msg.finish_reason, "stop")
-                    yield _sse(shapes.delta_chunk({}, "tool_calls" if deltas.calls and reason == "stop" else reason))
-                    if req.include_usage:
-                        yield _sse(shapes.usage_chunk(msg, log.cached))
-            yield b"data: [DONE]\n\n"
-        except ApiError as exc:
-            log.failed()
-            yield _sse(exc.body())
-        finally:
-            log.close()
-            choices.close()
+        return parse
 
 
 def _notice_headers(generation: Generation) -> dict[str, str]:
@@ -435,52 +321,6 @@ def _notice_headers(generation: Generation) -> dict[str, str]:
     if isinstance(first, p.Notice) and first.kind == "context_trimmed":
         return {TRUNCATED_HEADER: first.message.encode("ascii", "replace").decode()}
     return {}
-
-
-async def _finish(events: AsyncGenerator[bytes, None], answer: Generation | Choices) -> None:
-    await events.aclose()
-    answer.close()
-
-
-class _Usage:
-    """What a request's answer events say for its usage (cached prompt tokens) and its log entry."""
-
-    def __init__(self, request: Request) -> None:
-        self._entry = entry_of(request.scope)
-        self._stats: dict[int, p.Stats] = {}
-        self._dones: dict[int, p.Done] = {}
-        self._finish = ""
-
-    @property
-    def cached(self) -> int:
-        """The prompt's tokens reused from a kept cache: the first choice's (the prompt is counted once)."""
-        stats = self._stats.get(0)
-        return stats.n_prompt_cached if stats else 0
-
-    def add(self, i: int, msg: p.Message) -> None:
-        if isinstance(msg, p.Stats):
-            self._stats[i] = msg
-        elif isinstance(msg, p.Done):
-            self._dones[i] = msg
-
-    def failed(self) -> None:
-        self._finish = "error"
-
-    def close(self) -> None:
-        """The entry's tokens, speed and finish (the middleware writes it once the response ended)."""
-        entry = self._entry
-        if entry is None:
-            return
-        dones = [self._dones[i] for i in sorted(self._dones)]
-        speeds = [s.decode_tok_s for s in self._stats.values() if s.decode_tok_s > 0]
-        prompt = dones[0].n_prompt if dones else next((s.n_prompt for s in self._stats.values()), 0)
-        entry.usage(prompt, sum(d.n_generated for d in dones), self.cached, sum(speeds) / len(speeds) if speeds else 0.0)
-        if self._finish:
-            entry.finish = self._finish
-        elif dones:
-            entry.finish = FINISH.get(dones[0].finish_reason, "stop") if dones[0].finish_reason != "cancelled" else "cancelled"
-        else:
-            entry.finish = "cancelled"
 
 
 async def _api_error(_request: Request, exc: Exception) -> Response:

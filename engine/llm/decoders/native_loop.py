@@ -1,0 +1,110 @@
+"""What the natively looped decoders (DrafterDecoder, SpecEEDecoder) share: the draft model they
+load, the target's KV bookkeeping, the EAGLE head's cache beside it, and a prefill read in parts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+from llama_cpp import Llama
+
+from engine.llm.decoders.interface import Progress
+from engine.llm.kv_states import Aux, seq_state, set_seq_state
+from engine.sequences import common_prefix
+
+
+def _load_draft_model(path: Path, on_gpu: bool, what: str) -> Any:
+    params = llama_cpp.llama_model_default_params()
+    # Explicitly with the target's last layer (EngineSession._head_on_gpu): llama.cpp's default
+    # offloads everything, so a CPU-placed target would ship features to the GPU every step.
+    params.n_gpu_layers = 999 if on_gpu else 0
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load the {what} {path.name}")
+    return model
+
+
+class _NativeLoop:
+    """What the natively looped decoders share: a draft model they load (an EAGLE head or a
+    smaller model) and the tokens in the target's KV cache, which their loop keeps past
+    llama-cpp-python's own bookkeeping."""
+
+    llm: Llama
+    _draft_model: Any = None
+    _kv: list[int]
+
+    def cached_prefix(self, tokens: list[int]) -> int:
+        return common_prefix(self._kv, tokens)
+
+    restorable = False  # a draft model keeps state of its own
+    _head_id = ""  # the EAGLE head file's sha256, where there is one (head_state's tag)
+
+    def kv_used(self) -> int:
+        return len(self._kv)
+
+    def kv_tokens(self) -> list[int]:
+        return list(self._kv)
+
+    def _head_ctx(self) -> Any:
+        """The EAGLE head's context (its sequence 0: the head's cache of the target's tokens), or None."""
+        return None
+
+    def head_state(self) -> Aux | None:
+        """The EAGLE head's cache of the target's tokens (its sequence 0), tagged with the head's
+        sha256: restored with the target's, the next answer drafts exactly as it would have in the
+        same process (rows past the kept tokens are dropped by the next prefill)."""
+        ctx = self._head_ctx()
+        buf = seq_state(ctx, 0) if ctx else None
+        return (self._head_id, buf) if buf is not None else None
+
+    def adopt(self, tokens: list[int], aux: Aux | None = None) -> None:
+        """The target's cache holds `tokens` now. The head's cache is set from `aux` where that was
+        saved with them by this head; else its rows are kept only as far as the tokens it saw
+        agree with the new ones (a row pairs token P+1 with the target's features at P)."""
+        ctx = self._head_ctx()
+        if ctx:
+            mem = llama_cpp.llama_get_memory(ctx)
+            restored = False
+            if aux is not None and aux[0] == self._head_id:
+                llama_cpp.llama_memory_seq_rm(mem, 0, -1, -1)
+                restored = set_seq_state(ctx, 0, aux[1])
+            if not restored:
+                keep = max(0, common_prefix(self._kv, tokens) - 1)
+                llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)
+        self._kv = list(tokens)
+
+    def forget(self) -> None:
+        self._kv = []
+
+    def last_margin(self) -> float:
+        return math.nan
+
+    def _free_draft_model(self) -> None:
+        if self._draft_model:
+            llama_cpp.llama_model_free(self._draft_model)
+            self._draft_model = None
+
+
+def _read_in_parts(
+    dec: _NativeLoop, tokens: list[int], arr: Any, prefill: Any, handle: Any,
+    progress: Progress | None, error: Callable[[], RuntimeError],
+) -> int:  # fmt: skip
+    """For a native prefill (one call for the whole prompt): where a progress callback is given,
+    the prompt but its last batch is read a batch a call (each call's greedy pick unused), so that
+    progress is told after each batch and a stopped reading keeps the batches read before it. The
+    rows are those a whole prefill gives (the CPU kernels are batch-invariant: each call re-decodes
+    its first token alone). Returns the prefix cached now, for the final call."""
+    n_keep = dec.cached_prefix(tokens)
+    n_batch = dec.llm.n_batch
+    if progress is None or len(tokens) - n_keep <= n_batch:
+        return n_keep
+    for end in range(n_keep + n_batch, len(tokens), n_batch):
+        dec._kv = tokens[: max(n_keep - 1, 0)]  # what a failed call leaves: it re-decodes from n_keep - 1
+        if prefill(handle, arr, end, n_keep, None) < 0:
+            raise error()
+        dec._kv, n_keep = tokens[:end], end
+        progress(end)
+    return n_keep
