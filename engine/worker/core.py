@@ -18,7 +18,8 @@ from engine.models.gguf_file import ModelFileError
 from engine.worker.concurrent import ConcurrentAnswers
 from engine.worker.embeddings import EmbedInputError
 from engine.worker.inbox import Inbox
-from engine.worker.session import EngineSession, LoadError
+from engine.worker.modes import LoadError
+from engine.worker.session import EngineSession
 
 # how long an idle worker with background work (auto's measurement) waits for a command between two units of it
 IDLE_POLL_S = 0.05

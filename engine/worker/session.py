@@ -1,4 +1,7 @@
-"""One loaded model and its generation loop, inside the worker process (llama_cpp = our native build)."""
+"""One loaded model in the worker process (llama_cpp = our native build): its load, the target's
+context (the conversations' kept caches, and which path owns it: one answer at a time or the batch)
+and the one-at-a-time answer. Which mode runs and why: engine/worker/auto_mode.py; what each mode
+needs to run: engine/worker/modes.py."""
 
 from __future__ import annotations
 
@@ -14,36 +17,26 @@ import llama_cpp
 from llama_cpp import Llama
 
 from engine import protocol as p
-from engine.hardware import detect as detect_hardware
 from engine.hardware import physical_cores
 from engine.kept_caches import kv_states_root
 from engine.llm.batched import BatchedVanilla, Slot
-from engine.llm.chat_prompt import ChatPrompt, looks_like_base_model
-from engine.llm.decoders import (
-    Decoder,
-    DrafterDecoder,
-    Grammar,
-    SpecEEDecoder,
-    VanillaDecoder,
-    greedy_alone,
-    make_sampler,
-)
+from engine.llm.chat_prompt import ChatPrompt
+from engine.llm.decoders import Decoder, Grammar, VanillaDecoder, greedy_alone, make_sampler
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
-from engine.llm.load import batch_invariant_weights, capture_head_layers, flash_attention, parallel_sequences
-from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers, model_sha256
-from engine.models.drafts import find_draft_model, same_tokenizer
-from engine.models.exit_predictors import load_predictors
-from engine.models.gguf_file import GGUFInfo, ModelFileError, inspect_gguf
-from engine.models.registry import ModelRegistry
+from engine.llm.load import batch_invariant_weights, flash_attention, parallel_sequences
+from engine.models.acceleration import model_sha256
+from engine.models.gguf_file import inspect_gguf
 from engine.models.weights_check import check_weights
-from engine.native import build_info, exit_archs, interrupt_hooks
-from engine.paths import cache_dir
+from engine.native import build_info
 from engine.placement.weights_layout import repack_is_exact
 from engine.sequences import common_prefix
 from engine.worker import auto
 from engine.worker.answer import AnswerStream
+from engine.worker.auto_mode import AutoMode
 from engine.worker.embeddings import Embedder
-from engine.worker.stop_flag import StopFlag
+from engine.worker.loading import chat_format_note, display_name, padded_ctx, resolve_placement
+from engine.worker.modes import LoadError, ModeMakers
+from engine.worker.stop_flag import StopFlag, StopReading
 from engine.worker.threads import TOLERATED_CORES, ThreadGovernor, cores_used_by_others, machine_sampler
 
 Emit = Callable[[p.Message], None]
@@ -57,16 +50,6 @@ TOKEN_EMIT_S = 0.03
 # string waits out at most that much more decoding.
 NATIVE_STEP_US = 20_000
 SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
-DECISIONS_VERSION = "v2"  # auto's cache key: v2 entries were measured on a quiet machine, per context length
-CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
-# Default draft lengths: an n-gram match is usually a copy that runs on; a draft model's guesses fade
-TRAINING_FREE_DRAFT = {"ngram": 8, "draft": 3}  # ngram's copy drafter picks its length each step, up to this
-
-
-class LoadError(Exception):
-    def __init__(self, kind: p.ErrorKind | str, message: str) -> None:
-        super().__init__(message)
-        self.kind = p.ErrorKind(kind)  # a kind the protocol does not know is a bug here, not the client's to decode
 
 
 class EngineSession:
@@ -95,7 +78,7 @@ class EngineSession:
         # one-row ones), in the modes that may run them
         batchable = load.mode in (p.Mode.AUTO, *p.BATCHED_MODES) and placement.n_gpu_layers == 0
         self.n_slots = load.n_parallel if batchable else 1
-        n_cells = _padded_ctx(placement.n_ctx) * self.n_slots if self.n_slots > 1 else placement.n_ctx
+        n_cells = padded_ctx(placement.n_ctx) * self.n_slots if self.n_slots > 1 else placement.n_ctx
         try:
             with batch_invariant_weights(repack_is_exact(info)), parallel_sequences(self.n_slots):
                 self.llm = Llama(
@@ -133,20 +116,13 @@ class EngineSession:
         self._kv_states = KvStates(self.llm._ctx.ctx, folder=states_folder, disk_budget_bytes=load.kv_disk_budget)
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
         self._piece_buf = ctypes.create_string_buffer(256)
-        self.mode_reason = ""
-        self.measured: dict[str, float] = {}
-        self._auto: auto.AutoCalibration | None = None  # auto's measurement in progress
-        self._keep_mode = False  # ... or an explicit mode's vanilla reference (the mode stays)
-        self._auto_key_pending = ""
-        self._decisions = auto.DecisionCache(cache_dir() / "auto-mode.json")
-        self.reference = auto.VanillaReference()  # vanilla's speed here, per threads and prompt band
-        self._auto_makers: dict | None = None  # auto's candidate modes and the key of its decision
-        self._decision_key = ""
-        self._answers = auto.AnswerCheck()  # do the answers bear auto's decision out?
         self._vanilla: VanillaDecoder | None = None  # requests with a grammar or logprobs in another mode
         self._embedder: Embedder | None = None  # /v1/embeddings' own context, made at the first request
-        makers, why_not, acceleration = self._available_modes(load, Path(load.model_path))
-        self.mode, self.decoder = self._make_decoder(load, makers, why_not)
+        modes = ModeMakers(load, self.llm, info, placement, self.n_ctx, self.n_threads)
+        acceleration = modes.acceleration
+        # which mode runs and why (explicit, auto's cached decision or its measurement in the idle time)
+        self.auto_mode = AutoMode(load, modes, self.prompt, placement, self.n_threads, self._sample)
+        self.decoder: Decoder = self.auto_mode.start()
         self.loaded = p.Loaded(
             model_path=str(load.model_path),
             name=display_name(Path(load.model_path)),
@@ -164,269 +140,73 @@ class EngineSession:
             placement=placement,
             plan=self.plan,
             predicted_tok_s=predicted,
-            chat_format_note=self._chat_format_note(info),
+            chat_format_note=chat_format_note(self.prompt, info),
             trainable=acceleration.architecture_supported and not acceleration.eagle_head,
             acceleration=acceleration,
-            measuring=self._auto is not None and not self._keep_mode,  # an explicit mode measures only vanilla's speed
+            measuring=self.auto_mode.measuring,  # an explicit mode measures only vanilla's speed
             n_parallel=self.n_slots,
         )
         # the batched path (engine/worker/concurrent.py); batch_owned: it used the context last
         self.batch = BatchedVanilla(self.llm, self.n_slots, self.n_ctx) if self.n_slots > 1 else None
         self._batch_owned = False
 
-    def _make_decoder(self, load: p.Load, makers: dict, why_not: dict[str, tuple[p.ErrorKind, str]]) -> tuple[p.Mode, Decoder]:
-        """The one place the mode is decided. An explicit mode must be available for this model (else
-        a LoadError says how to get it); `auto` starts in vanilla and measures the modes it may use in
-        the background (AutoCalibration), or takes the decision cached for this model, weights,
-        build and machine."""
-        if load.mode == p.Mode.VANILLA:
-            return p.Mode.VANILLA, VanillaDecoder(self.llm, self.n_ctx)
-        model_path = Path(load.model_path)
-        if load.mode != p.Mode.AUTO:
-            if load.mode not in makers:
-                raise LoadError(*why_not[load.mode])
-            like = self._decisions.like(self._auto_key(model_path, sorted(makers)))
-            self.measured = dict(like.get("speeds", {}))
-            self.reference = auto.VanillaReference(like.get("vanilla_reference"))
-            decoder = makers[load.mode]()
-            self.mode_reason = self.mode_reason or f"{load.mode}: chosen in the settings (auto would measure the modes)"
-            if not self.measured.get("vanilla") and load.measure_reference:
-                # the meter says how the chosen mode compares with vanilla: measure vanilla here while
-                # idle (once per model, weights, build and machine), never switching the chosen mode
-                self._calibrate({}, self._auto_key(model_path, []), keep_mode=True)
-            return p.Mode(load.mode), decoder
-        makers = {m: make for m, make in makers.items() if m not in why_not}  # auto skips an unmeasured head
-        key = self._auto_key(model_path, sorted(makers))
-        self._auto_makers, self._decision_key = makers, key
-        cached = self._decisions.get(key)
-        if cached is not None and cached["mode"] in ("vanilla", *makers):
-            self.measured = dict(cached["speeds"])
-            self.reference = auto.VanillaReference(cached.get("vanilla_reference"))
-            self.mode_reason = auto.explain(cached["speeds"], cached["mode"], cached.get("failed"))
-            mode = p.Mode(cached["mode"])
-            return mode, makers[mode]() if mode != p.Mode.VANILLA else VanillaDecoder(self.llm, self.n_ctx)
-        self.mode_reason = f"auto: measuring {', '.join(makers)} against vanilla in the background; vanilla until then"
-        return p.Mode.VANILLA, self._calibrate(makers, key, keep_mode=False)
+    # -- the mode: AutoMode decides it, the session runs it (engine/worker/auto_mode.py) ----------------
 
-    def _calibrate(self, makers: dict, key: str, keep_mode: bool) -> VanillaDecoder:
-        """Start measuring `makers` against vanilla in the background (AutoCalibration); keep_mode:
-        an explicit mode stays whatever the result, only the speeds are wanted. Returns vanilla's decoder."""
-        vanilla = VanillaDecoder(self.llm, self.n_ctx)
-        budget = self.n_ctx // 2
-        prompts = [self.prompt.fit([{"role": "user", "content": text}], budget).tokens for text in CALIBRATION_PROMPTS]
-        self._auto = auto.AutoCalibration(prompts, makers, vanilla, self.n_threads, self._sample)
-        self._auto_key_pending, self._keep_mode = key, keep_mode
-        return vanilla
+    @property
+    def mode(self) -> p.Mode:
+        return self.auto_mode.mode
 
-    def _available_modes(self, load: p.Load, model_path: Path) -> tuple[dict, dict[str, tuple[p.ErrorKind, str]], p.Acceleration]:
-        """Makers of every accelerated mode this model can run, (error kind, message) for the others
-        (for `auto` also for those it may not use yet), and the same as flags for Loaded."""
-        makers: dict = {"ngram": lambda: self._training_free_decoder("ngram", load, model_path)}
-        why_not: dict[str, tuple[p.ErrorKind, str]] = {}
-        draft = Path(load.draft_model) if load.draft_model else find_draft_model(model_path)
-        if draft is not None:
-            makers["draft"] = lambda: self._training_free_decoder("draft", load, model_path, draft)
-        else:
-            why_not["draft"] = (
-                p.ErrorKind.NO_DRAFT_MODEL,
-                f"No installed model shares {model_path.name}'s tokenizer and is small enough to draft for it. Add a "
-                "smaller model of the same family (for Qwen2.5-Coder-1.5B: `specee models fetch qwen2.5-coder-0.5b`), "
-                "or use ngram mode.",
-            )
-        arch = self.info.architecture
-        supported = arch in exit_archs()  # the native library's list (specee_exit_archs)
-        pack = find_pack(model_path) if supported else None
-        head = pack.eagle_head if pack else None
-        exits = pack.exit_predictors if pack else None
-        flags = p.Acceleration(
-            architecture_supported=supported,
-            eagle_head=head is not None,
-            eagle_measured=bool(pack and head and pack.eagle_measured),
-            exit_predictors=exits is not None,
-            draft_model=draft.name if draft else "",
-        )
+    @property
+    def mode_reason(self) -> str:
+        return self.auto_mode.mode_reason
 
-        def missing(what: str, cmd: str) -> tuple[p.ErrorKind, str]:
-            return (p.ErrorKind.NO_ACCELERATION, f"No {what} is installed for {model_path.name}. Train it with "
-                                                 f"`specee train {cmd} --model {model_path}`, or use vanilla mode.")  # fmt: skip
+    @property
+    def measured(self) -> dict[str, float]:
+        return self.auto_mode.measured
 
-        if not supported:
-            why = f"mode is not available for {arch!r} models (supported: {', '.join(exit_archs())}); use ngram or vanilla."
-            for mode in ("eagle", "specee"):
-                why_not[mode] = (p.ErrorKind.UNSUPPORTED_ARCHITECTURE, f"{mode} {why}")
-        elif head is None:
-            why_not["eagle"] = why_not["specee"] = missing("EAGLE head", "eagle")
-        else:
-            makers["eagle"] = lambda: self._eagle_decoder(load, pack, head)
-            if exits is None:
-                why_not["specee"] = missing("SpecEE exit predictors", "exits")
-            else:
-                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
-            if load.mode != p.Mode.VANILLA and self.placement.n_gpu_layers != 0:
-                self._capture_head_layers(head)
-            if not flags.eagle_measured and load.mode == p.Mode.AUTO:
-                # explicit eagle/specee run; only auto leaves an unmeasured head out (see _make_decoder)
-                assert pack is not None
-                repo = pack.manifest["eagle"]["source"].get("repo", "REPO")
-                unmeasured = (f"auto does not use the EAGLE head imported from {repo} before the engine measured it: "
-                              f"`specee models import-head {model_path} {repo}` measures it (eagle mode works now)")  # fmt: skip
-                why_not["eagle"] = why_not["specee"] = (p.ErrorKind.NOT_MEASURED, unmeasured)
-        flags.modes = [p.Mode.VANILLA, *(p.Mode(m) for m in makers)]
-        return makers, why_not, flags
-
-    def _capture_head_layers(self, head: Path) -> None:
-        """On a GPU backend, before the first decode: see capture_head_layers."""
-        try:
-            layers = head_target_layers(head)
-        except AccelerationError:
-            return  # the decoder that needs the head says what is wrong with it, when asked for
-        capture_head_layers(self.llm, layers)
-
-    def _auto_key(self, model_path: Path, modes: list[str]) -> str:
-        """What auto's decision depends on: the model, the weights, the native build, the machine."""
-        pack = find_pack(model_path)
-        stamps = []
-        for f in sorted(pack.folder.iterdir()) if pack else []:
-            st = f.stat()
-            stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-        pl = self.placement
-        build = build_info().get("build_key", "")
-        return (f"{DECISIONS_VERSION}|{model_sha256(model_path)}|{','.join(stamps)}|{build}|{detect_hardware().cpu_model}|"
-                f"{self.n_threads}|{pl.n_ctx}|{pl.layout}:{pl.n_gpu_layers}|{','.join(modes)}")  # fmt: skip
+    @property
+    def reference(self) -> auto.VanillaReference:
+        return self.auto_mode.reference
 
     def has_background_work(self) -> bool:
-        return self._auto is not None
+        return self.auto_mode.background_work
 
     def background_step(self, interrupted: Callable[[], bool]) -> p.AutoDecided | None:
         """One unit of auto's measurement; the decision once the last unit ran (or, when a unit had to
         be set aside because other processes were busy, word that the measurement waits)."""
-        cal = self._auto
-        assert cal is not None
-        if cal.waiting:
+        assert self.auto_mode.background_work
+        if self.auto_mode.waiting:
             return None
         self._to_solo()
         if self._threads_now != self.n_threads:
             self._set_threads(self.n_threads)  # measured with every thread (a busy machine's units don't count)
-        was_postponed = cal.postponed
         self._keep_live_cache()  # the measurement uses the target's KV cache: the conversation's is kept
-        cal.step(interrupted)
-        self.decoder.forget()
-        if cal.postponed and not was_postponed:  # say so once, not at every retry
-            busy = f"other programs kept {cal.busy_cores:.1f} cores busy while it measured"
-            if self._keep_mode:  # the chosen mode stays: only its comparison with vanilla waits
-                why = f"{self.mode_reason}; vanilla's speed here is measured once the machine is quiet ({busy})"
-                return p.AutoDecided(mode=self.mode, mode_reason=why, measured_tok_s=self.measured)
-            self.mode_reason = why = (f"auto: {busy}, so it waits for a quiet machine before it decides (speeds "
-                                      f"measured beside a busy neighbour mislead); {self.mode} until then")  # fmt: skip
-            self.loaded.mode_reason = why
-            return p.AutoDecided(mode=self.mode, mode_reason=why, measured_tok_s=self.measured, measuring=True)
-        if not cal.done:
-            return None
-        speeds = cal.speeds()
-        reference = cal.reference()
-        if self._keep_mode:
-            mode = self.mode
-            self._decisions.put(self._auto_key_pending, p.Mode.VANILLA, speeds, cal.failed, reference)
-            cal.close()
-            self.mode_reason = f"{self.mode_reason}; vanilla measured here: {speeds['vanilla']:.1f} tok/s".lstrip("; ")
-        else:
-            mode = p.Mode(auto.choose(speeds))
-            self._decisions.put(self._auto_key_pending, mode, speeds, cal.failed, reference)
-            self.decoder = cal.take(mode)
-            self.mode_reason = auto.explain(speeds, mode, cal.failed)
-        self.mode, self._auto = mode, None
-        self.measured = speeds
-        self.reference.speeds.update(reference)
-        self._answers = auto.AnswerCheck()
-        self.loaded.mode, self.loaded.mode_reason, self.loaded.measured_tok_s = mode, self.mode_reason, speeds
-        self.loaded.measuring = False
-        return p.AutoDecided(mode=mode, mode_reason=self.mode_reason, measured_tok_s=speeds)
+        decided, decoder = self.auto_mode.background_step(interrupted, self.decoder)
+        if decoder is not None:
+            self.decoder = decoder
+        if decided is not None:
+            self._show_mode()
+        return decided
 
     def _after_answer(self, tok_s: float, threads: set[int], band: int, n_decoded: int, quiet: bool) -> p.AutoDecided | None:
-        """What an answer's speed teaches: vanilla's own speed in its conditions, and whether auto's
-        decision holds; when the answers contradict it, it is forgotten and measured again. An answer
-        that ran beside a busy neighbour teaches nothing (nor does a short one, or one whose threads changed)."""
-        if not quiet or len(threads) != 1 or n_decoded < auto.MIN_COMPARE_TOKENS or tok_s <= 0:
+        """What an answer's speed teaches (AutoMode.after_answer); when the answers contradict auto's
+        decision, it is measured again in vanilla."""
+        if not self.auto_mode.after_answer(tok_s, threads, band, n_decoded, quiet):
             return None
-        (n_threads,) = threads
-        if self.mode == p.Mode.VANILLA:
-            self.reference.record(n_threads, band, tok_s)
-            return None
-        ratio = self.reference.ratio(tok_s, n_threads, band)
-        if self._auto_makers is None or self._auto is not None or not self._answers.add(ratio):
-            return None
-        was = self.mode
         self._keep_live_cache()  # the decoder goes: its conversation is kept for the next turn
-        self._decisions.forget(self._decision_key)
-        old, self.decoder = self.decoder, self._calibrate(self._auto_makers, self._decision_key, keep_mode=False)
+        old = self.decoder
+        decided, self.decoder = self.auto_mode.measure_again()
         old.close()
-        self.mode = p.Mode.VANILLA
-        self.mode_reason = (
-            f"auto: {auto.CONTRADICTIONS} answers in a row ran slower in {was} ({ratio:.2f}x) than vanilla measured "
-            "here in the same conditions, so its decision is measured again; vanilla until then"
-        )
-        self.loaded.mode, self.loaded.mode_reason, self.loaded.measuring = self.mode, self.mode_reason, True
-        return p.AutoDecided(mode=self.mode, mode_reason=self.mode_reason, measured_tok_s=self.measured, measuring=True)
+        self._show_mode()
+        return decided
 
-    def _eagle_decoder(self, load: p.Load, pack, head: Path) -> DrafterDecoder:  # type: ignore[no-untyped-def]
-        try:
-            check_eagle_head(head, Path(load.model_path))
-            # an explicit chain length is verified whole every step, as asked; by default the chain is
-            # the head's trained length and each step verifies only the drafts that pay here
-            n_draft = load.n_draft or int(pack.manifest.get("eagle", {}).get("n_draft", 3))
-            gated = not load.n_draft
-            return DrafterDecoder(self.llm, "eagle", n_draft, self.n_threads, head, self._head_on_gpu(), gated=gated)
-        except AccelerationError as exc:
-            raise LoadError(exc.kind, str(exc)) from exc
-        except RuntimeError as exc:
-            raise LoadError(p.ErrorKind.BAD_HEAD, f"the EAGLE head {head.name} could not be used: {exc}") from exc
-
-    def _training_free_decoder(self, mode: str, load: p.Load, model_path: Path, draft: Path | None = None) -> DrafterDecoder:
-        if mode == "ngram":
-            drafter = load.drafter or "copy"
-            if drafter == "copy":
-                reason = ("ngram: continuations found in the conversation are drafted where they are likely "
-                          "to pay on this machine, else one token is decoded as vanilla does")  # fmt: skip
-            else:
-                reason = f"ngram: llama.cpp's {drafter} drafter proposes continuations found in the context"
-        else:
-            drafter = "draft-simple"
-            assert draft is not None
-            try:
-                if not same_tokenizer(draft, model_path):
-                    why = f"{draft.name} has another tokenizer than {model_path.name}; it cannot draft for it."
-                    raise LoadError(p.ErrorKind.BAD_DRAFT_MODEL, why)
-            except ModelFileError as exc:
-                raise LoadError(p.ErrorKind.BAD_DRAFT_MODEL, f"the draft model cannot be used: {exc}") from exc
-            reason = f"draft: {draft.name} (same tokenizer) drafts, {model_path.name} verifies"
-        n_draft = load.n_draft or TRAINING_FREE_DRAFT[mode]
-        try:
-            decoder = DrafterDecoder(self.llm, drafter, n_draft, self.n_threads, draft, self._head_on_gpu())
-        except RuntimeError as exc:
-            raise LoadError(p.ErrorKind.BAD_DRAFT, f"{mode} mode could not start: {exc}") from exc
-        if load.mode == mode:
-            self.mode_reason = reason
-        return decoder
-
-    def _head_on_gpu(self) -> bool:
-        """The EAGLE head sits with the layers that feed it: on the GPU only when the target's last
-        layer is there (llama.cpp's default would put it on the GPU whatever the target's split)."""
-        return self.placement.last_layer_on_gpu(self.info.n_layer)
-
-    def _specee_decoder(self, model_path: Path, head: Path, exits: Path, load: p.Load) -> SpecEEDecoder:
-        try:
-            check_eagle_head(head, model_path)
-            preds = load_predictors(exits, model_path)
-            return SpecEEDecoder(self.llm, head, preds, self.n_threads, exits=load.exits, shadow_every=load.exit_check_every,
-                                 fill=load.exit_fill, head_on_gpu=self._head_on_gpu())  # fmt: skip
-        except AccelerationError as exc:
-            raise LoadError(exc.kind, str(exc)) from exc
-        except RuntimeError as exc:
-            raise LoadError(p.ErrorKind.BAD_PREDICTORS, f"SpecEE could not start with {exits.name}: {exc}") from exc
+    def _show_mode(self) -> None:
+        """Loaded (sent again when a load is refused and this model stays) says what AutoMode says now."""
+        self.loaded.mode, self.loaded.mode_reason = self.auto_mode.mode, self.auto_mode.mode_reason
+        self.loaded.measured_tok_s, self.loaded.measuring = self.auto_mode.measured, self.auto_mode.measuring
 
     def close(self) -> None:
-        if self._auto is not None:
-            self._auto.close()
+        self.auto_mode.close()
         if self.batch is not None:
             if not self.batch.busy:
                 self._to_solo()
@@ -449,20 +229,6 @@ class EngineSession:
         llama_cpp.llama_set_n_threads(self.llm._ctx.ctx, n, n)
         self.decoder.set_threads(n)
         self._threads_now = n
-
-    def _chat_format_note(self, info: GGUFInfo) -> str:
-        if self.prompt.has_template:
-            return ""
-        note = (
-            f"This model file carries no chat template, so conversations are formatted as {self.prompt.format_name}"
-            f" (llama.cpp's format for {info.architecture or 'this'} models)."
-        )
-        if looks_like_base_model(info.name, False):
-            note += (
-                " It also looks like a base model, not a chat model: it continues text rather than answering."
-                " For conversations, pick an instruct or chat version of it."
-            )
-        return note
 
     def count_tokens(self, req: p.CountTokens) -> p.TokenCount:
         """The message box's count: the prompt a Generate of req.messages + req.text would build."""
@@ -675,7 +441,7 @@ class EngineSession:
             gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us, progress=progress)
         else:
             gen = decoder.stream(tokens, s, step_us=step_us, progress=progress)
-        reading = _StopReading(self.llm._ctx.ctx, cancelled)  # Stop ends the prompt's reading mid-batch
+        reading = StopReading(self.llm._ctx.ctx, cancelled)  # Stop ends the prompt's reading mid-batch
         try:
             first = next(gen)
         except StopIteration:
@@ -717,60 +483,3 @@ class EngineSession:
         if self._embedder is None:
             self._embedder = Embedder(self.llm, self.n_ctx, self.n_threads)
         return self._embedder.embed(req)
-
-
-class _StopReading:
-    """While a prompt is read: the target context's abort callback reads the request's stop flag,
-    so a Stop ends llama_decode between graph nodes (it returns 2 and drops that batch's rows).
-    Only then: a decode step stopped midway would lose where the cache ends. A plain
-    threading.Event (tests driving a session directly) stops between tokens only."""
-
-    def __init__(self, ctx: int, cancelled: threading.Event | StopFlag) -> None:
-        self._ctx = ctx
-        self._on = isinstance(cancelled, StopFlag)
-        if self._on:
-            set_abort, requested = interrupt_hooks()
-            set_abort(ctx, requested, cancelled.address)
-
-    def close(self) -> None:
-        if self._on:
-            interrupt_hooks()[0](self._ctx, None, None)
-            self._on = False
-
-
-def display_name(model_path: Path) -> str:
-    """What people call the model: its id in the registry (the model switcher's name for it), else the
-    file's name; never the GGUF's general.name, which reads like "Smollm2 135M 8k Lc100K Mix1 Ep2"."""
-    try:
-        record = ModelRegistry().by_path(model_path)
-    except OSError:
-        record = None
-    return record.id if record else model_path.stem
-
-
-def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]:
-    """The placement to load, why, and the planner's predicted decode speed per mode: the planner's
-    placement for "auto" (the same for app, CLI, bench and tests), else the caller's override. The
-    planner weighs layouts for the modes this load may run; the mode itself is decided only by
-    EngineSession._make_decoder (explicit, or auto's measurement)."""
-    asked = load.placement
-    if asked.layout != "auto":
-        where = "all" if asked.n_gpu_layers < 0 else str(asked.n_gpu_layers)
-        return asked, f"explicit placement: {where} layers ({asked.layout}) on the GPU, the rest on the CPU", {}
-    from engine.placement.auto import placement_for
-
-    try:
-        may_exit = load.mode in (p.Mode.SPECEE, p.Mode.AUTO)
-        placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads, may_exit)
-    except (ModelFileError, OSError, RuntimeError, ValueError, KeyError) as exc:
-        cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout="last")
-        return cpu, f"no placement plan ({exc}); all layers on the CPU", {}
-    prefix = "cpu/" if plan.layout == "cpu" else f"{plan.layout}-layers/"
-    predicted = {key.removeprefix(prefix): tok_s for key, tok_s in plan.alternatives.items() if key.startswith(prefix)}
-    return placement, plan.explanation, predicted
-
-
-def _padded_ctx(n_ctx: int) -> int:
-    """The context llama.cpp makes of n_ctx (a multiple of 256): a sequence of a batched context
-    gets the room a one-sequence context would have."""
-    return -(-n_ctx // 256) * 256

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from engine.native import interrupt_hooks
+
 
 class StopFlag:
     def __init__(self) -> None:
@@ -29,3 +31,22 @@ class StopFlag:
     def address(self) -> int:
         """The byte's address, for llama_set_abort_callback's data."""
         return ctypes.addressof(self._byte)
+
+
+class StopReading:
+    """While a prompt is read: the target context's abort callback reads the request's stop flag,
+    so a Stop ends llama_decode between graph nodes (it returns 2 and drops that batch's rows).
+    Only then: a decode step stopped midway would lose where the cache ends. A plain
+    threading.Event (tests driving a session directly) stops between tokens only."""
+
+    def __init__(self, ctx: int, cancelled: threading.Event | StopFlag) -> None:
+        self._ctx = ctx
+        self._on = isinstance(cancelled, StopFlag)
+        if self._on:
+            set_abort, requested = interrupt_hooks()
+            set_abort(ctx, requested, cancelled.address)
+
+    def close(self) -> None:
+        if self._on:
+            interrupt_hooks()[0](self._ctx, None, None)
+            self._on = False
