@@ -18,7 +18,7 @@ from engine.sequences import common_prefix
 
 def _load_draft_model(path: Path, on_gpu: bool, what: str) -> Any:
     params = llama_cpp.llama_model_default_params()
-    # Explicitly with the target's last layer (EngineSession._head_on_gpu): llama.cpp's default
+    # Explicitly with the target's last layer (engine/worker/modes.py, ModeMakers._head_on_gpu): llama.cpp's default
     # offloads everything, so a CPU-placed target would ship features to the GPU every step.
     params.n_gpu_layers = 999 if on_gpu else 0
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
