@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 FILLER = "Here is one more paragraph of the notes we keep going over, about lighthouses, tides and ships. "
+# the paste Esc stops: another text, so no kept cache of the chat above holds any of it
+PASTE = "Another page from the garden diary: what was sown, what came up, and what the frost took this week. "
 
 
 def _wait(app, until: Callable[[], bool], timeout: float = 600.0) -> None:  # type: ignore[no-untyped-def]
@@ -89,7 +91,7 @@ def run_mode(model: Path, mode: str, n_tokens: int, pause_s: float) -> dict[str,
     win.sidebar.select(conv_id)
     out["next turn after reopening the app"] = timed(win, lambda: send(win, "And the ships?"))
     win.new_conversation()
-    send(win, FILLER * max(1, n_tokens // 20) + "(another paste) What is this about?")
+    send(win, PASTE * max(1, n_tokens // 20) + f"({mode}) What is this about?")
 
     def footer() -> list[str]:  # the live answer's card's (none before the view made it)
         cards = win.view.cards
@@ -115,7 +117,10 @@ def main() -> None:
 
     model = ensure_default_model()
     os.environ["SPECEE_DATA_DIR"] = tempfile.mkdtemp(prefix="specee-app-turns-data-")  # never the user's chats or settings
-    results = {mode: run_mode(model, mode, args.tokens, args.pause) for mode in args.modes.split(",")}
+    results = {}
+    for mode in args.modes.split(","):
+        results[mode] = run_mode(model, mode, args.tokens, args.pause)
+        print(mode, {row: round(s, 2) for row, s in results[mode].items()}, flush=True)
     print(f"seconds, in the window (~{args.tokens}-token chat, the default model)")
     print(f"{'':42}" + "".join(f"{m:>10}" for m in results))
     for row in next(iter(results.values())):

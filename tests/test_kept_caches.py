@@ -203,3 +203,18 @@ def test_a_state_file_reads_back_as_written_and_any_damage_is_refused(aux: tuple
     path.write_bytes(raw[: len(raw) - 10])
     with pytest.raises(ValueError):
         kv_states._read(path)
+
+
+@pytest.mark.slow  # engine.llm loads llama.cpp
+def test_a_state_another_engine_writes_after_this_one_started_is_found(tmp_path: Path) -> None:
+    """Reopening the app at once: the engine that quit was still writing its caches out when the new
+    one looked at the folder, so the chat's newest state was unknown to it and its next turn read
+    the answers since the older state again (2-3.7 s instead of ~0.4 s). The folder is looked at
+    again before each lookup."""
+    from engine.llm import kv_states
+
+    older, newer = (1, 2, 3, 4), (1, 2, 3, 4, 5, 6, 7, 8)
+    kv_states._write(tmp_path / "older.kv", older, bytearray(b"o" * 64))
+    states = kv_states.KvStates(None, folder=tmp_path)  # the new engine starts
+    kv_states._write(tmp_path / "newer.kv", newer, bytearray(b"n" * 64))  # the old one's last write lands
+    assert states.best([*newer, 9]) == (len(newer), newer)

@@ -129,12 +129,22 @@ class KvStates:
         self.restored_aux: Aux | None = None  # what the last restore() found beside the target's state
         self.folder = folder
         self._disk: dict[tuple[int, ...], Path] = {}
-        if folder is not None and folder.is_dir():
-            for f in folder.glob("*.kv"):
-                try:
-                    self._disk[_read_tokens(f)] = f
-                except (OSError, ValueError, struct.error) as exc:
-                    self._drop(f, exc)
+        self._scan()
+
+    def _scan(self) -> None:
+        """Index the folder's states not known yet: at load, and again before each lookup, since
+        another process (the engine that quit just before this one started, still writing its
+        caches out) may add some later."""
+        if self.folder is None or not self.folder.is_dir():
+            return
+        known = set(self._disk.values())
+        for f in self.folder.glob("*.kv"):
+            if f in known:
+                continue
+            try:
+                self._disk[_read_tokens(f)] = f
+            except (OSError, ValueError, struct.error) as exc:
+                self._drop(f, exc)
 
     @staticmethod
     def _drop(f: Path, why: object) -> None:
@@ -188,6 +198,7 @@ class KvStates:
 
     def best(self, tokens: list[int]) -> tuple[int, tuple[int, ...] | None]:
         """The saved state sharing the longest prefix with `tokens`, and that prefix's length."""
+        self._scan()
         best_n, best_key = 0, None
         for key in [*self._states, *self._disk]:
             n = common_prefix(list(key), tokens)
