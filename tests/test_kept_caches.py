@@ -218,3 +218,22 @@ def test_a_state_another_engine_writes_after_this_one_started_is_found(tmp_path:
     states = kv_states.KvStates(None, folder=tmp_path)  # the new engine starts
     kv_states._write(tmp_path / "newer.kv", newer, bytearray(b"n" * 64))  # the old one's last write lands
     assert states.best([*newer, 9]) == (len(newer), newer)
+
+
+@pytest.mark.slow  # engine.llm loads llama.cpp
+def test_quitting_writes_the_newest_state_first_and_no_file_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine that takes over 5 s to quit is killed by the app: writing the states oldest first
+    (~80 MB each, hashed) lost the live chat's, the one worth most, on a busy machine."""
+    from engine.llm import kv_states
+
+    states = kv_states.KvStates(None, folder=tmp_path)
+    for key in [(1,), (2,), (3,)]:  # used in this order: (3,) last
+        states._states[key] = (bytearray(b"s" * 64), None)
+    kv_states._write(tmp_path / kv_states._file_name((2,)), (2,), bytearray(b"s" * 64))  # on disk already
+    written: list[tuple[int, ...]] = []
+    real_write = kv_states._write
+    monkeypatch.setattr(kv_states, "_write", lambda path, key, *rest: (written.append(key), real_write(path, key, *rest)))
+    states.spill()
+    assert written == [(3,), (1,)]
+    times = {key: (tmp_path / kv_states._file_name(key)).stat().st_mtime for key in [(1,), (3,)]}
+    assert times[(3,)] > times[(1,)]  # the budget still drops the least recently used first
