@@ -23,6 +23,14 @@ def chat(store: ConversationStore, title: str) -> str:
     return conv.id
 
 
+def chats(db: Path, *titles: str) -> list[str]:
+    """A store at db holding a chat per title (a question and its answer); their ids."""
+    store = ConversationStore(db)
+    ids = [chat(store, title) for title in titles]
+    store.close()
+    return ids
+
+
 @contextmanager
 def app_session(qtbot, db: Path) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
     """One run of the app over the store at db (no engine: drafts need none), quit at the end."""
@@ -47,9 +55,7 @@ def type_into(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-unt
 def test_each_chat_keeps_its_own_draft_when_switching(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The message box's text followed the user into every other chat (and was sent there)."""
     db = tmp_path / "chats.db"
-    store = ConversationStore(db)
-    a, b = chat(store, "Alpha"), chat(store, "Beta")
-    store.close()
+    a, b = chats(db, "Alpha", "Beta")
     with app_session(qtbot, db) as win:
         type_into(qtbot, win, "for a new chat")
         win.sidebar.select(a)
@@ -73,9 +79,7 @@ def test_each_chat_keeps_its_own_draft_when_switching(qtbot, tmp_path: Path) -> 
 def test_the_app_reopens_on_the_last_chat_with_its_draft(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A restart opened a new empty chat, and whatever was being written was gone."""
     db = tmp_path / "chats.db"
-    store = ConversationStore(db)
-    a, b = chat(store, "Alpha"), chat(store, "Beta")
-    store.close()
+    a, b = chats(db, "Alpha", "Beta")
     with app_session(qtbot, db) as win:
         win.sidebar.select(a)
         type_into(qtbot, win, "Alpha's unsent line")
@@ -108,10 +112,7 @@ def test_a_draft_is_written_once_typing_pauses(qtbot, tmp_path: Path) -> None:  
 
 def test_a_deleted_chat_does_not_reopen(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     db = tmp_path / "chats.db"
-    store = ConversationStore(db)
-    a = chat(store, "Alpha")
-    chat(store, "Beta")
-    store.close()
+    a, _ = chats(db, "Alpha", "Beta")
     with app_session(qtbot, db) as win:
         win.sidebar.select(a)
         type_into(qtbot, win, "about to be deleted")
@@ -125,9 +126,7 @@ def test_a_deleted_chat_does_not_reopen(qtbot, tmp_path: Path) -> None:  # type:
 
 def test_a_damaged_drafts_file_says_so_and_loses_nothing_else(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     db = tmp_path / "chats.db"
-    store = ConversationStore(db)
-    a = chat(store, "Alpha")
-    store.close()
+    (a,) = chats(db, "Alpha")
     drafts_path(db).write_text('{"format": "specee-chat-drafts", "current": "', encoding="utf-8")  # cut short
     with app_session(qtbot, db) as win:
         (kept,) = tmp_path.glob("chats.drafts.json.damaged-*")
@@ -145,9 +144,7 @@ def test_a_damaged_drafts_file_says_so_and_loses_nothing_else(qtbot, tmp_path: P
 def test_an_edit_does_not_eat_the_draft(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Edit puts the question into the message box; the draft it replaced comes back after."""
     db = tmp_path / "chats.db"
-    store = ConversationStore(db)
-    a, b = chat(store, "Alpha"), chat(store, "Beta")
-    store.close()
+    a, b = chats(db, "Alpha", "Beta")
     with app_session(qtbot, db) as win:
         win.sidebar.select(a)
         type_into(qtbot, win, "my draft")
