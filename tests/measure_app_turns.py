@@ -58,7 +58,10 @@ def run_mode(model: Path, mode: str, n_tokens: int, pause_s: float) -> dict[str,
 
     def opened() -> MainWindow:
         win = MainWindow(model_path=model, sampling=p.Sampling.greedy(16), store=store)
-        win.bridge.event.connect(lambda m: isinstance(m, p.Token) and not first_token and first_token.append(time.perf_counter()))
+        # the first token, or the end of an answer that has none (Continue may end at once)
+        win.bridge.event.connect(
+            lambda m: isinstance(m, p.Token | p.Done) and not first_token and first_token.append(time.perf_counter())
+        )
         win.show()
         win.start_engine()
         _wait(app, lambda: win.model_loaded)
@@ -82,7 +85,8 @@ def run_mode(model: Path, mode: str, n_tokens: int, pause_s: float) -> dict[str,
     _pause(app, pause_s)
     out["Regenerate"] = timed(win, win.panel.regenerate)
     _pause(app, pause_s)
-    out["Continue"] = timed(win, win.panel.continue_answer)
+    # Continue only where the answer was cut at the length limit (an answer that ended offers none)
+    out["Continue"] = timed(win, win.panel.continue_answer) if win.chat.can_continue else float("nan")
     _pause(app, pause_s)
     out["next turn"] = timed(win, lambda: send(win, "And the tides?"))
     conv_id = win.conv_id
