@@ -1,6 +1,6 @@
 // What a target decode of n rows (a speculative verify) costs on this machine, learnt as decoding
-// runs. Until a row count has been seen a few times, the README's cost curve (SmolLM2 Q4_1 on a
-// 2-core CPU, multi-column kernels) stands in for it. Shared by the drafters that choose their
+// runs. Until a row count has been seen a few times, the cost curve in docs/acceleration.md ("The
+// physics": SmolLM2 Q4_1 on a 2-core CPU, multi-column kernels) stands in for it. Shared by the drafters that choose their
 // draft length from it: the copy drafter (spec/copy-draft.cpp) and the EAGLE gate (draft-gate.cpp).
 #pragma once
 
