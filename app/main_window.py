@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtGui import QCloseEvent, QShowEvent
-from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QSplitter, QVBoxLayout, QWidget
 
 from app import theme
 from app.chat_panel import ChatPanel
@@ -37,7 +37,7 @@ from engine.remote.client import display_model
 from engine.settings import load_settings
 
 
-class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
+class MainWindow(WindowPlaces, WindowDrafts):
     DEFAULT_SIZE = (1040, 700)  # a first start's size: the status bar's meter must fit in it
 
     def __init__(
@@ -143,8 +143,7 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
 
     # -- which engine answers: the engine choice decides, the window follows ---------------------------
 
-    # the local model (the last one asked of the worker), and (endpoint, model id) while one answers
-    model_path = property(lambda self: self.choice.local_path, lambda self, path: setattr(self.choice, "local_path", path))
+    # (endpoint, model id) while a remote engine answers (the local model is WindowParts.model_path)
     remote_target = property(lambda self: self.choice.remote_target)
 
     def _load_intent(self, path: str) -> p.Load:
@@ -231,8 +230,7 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
 
     # -- conversations: their state is the Qt-free ChatSession's, the chat pane draws it ---------------
 
-    conv_id = property(lambda self: self.chat.conv_id)
-    notices = property(lambda self: self.chat.notices)
+    # (conv_id and notices: WindowParts')
     request_id = property(lambda self: self.chat.request_id)
     answer = property(lambda self: self.chat.answer)
     history = property(lambda self: self.chat.history, doc="What the model sees: the system prompt, then the chat.")
