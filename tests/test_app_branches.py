@@ -79,11 +79,11 @@ def test_edit_last_deletes_nothing_until_the_edit_is_sent(qtbot, window: MainWin
     qtbot.keyClick(window.input, Qt.Key.Key_Return)  # the edit is sent: the chat branches there
     qtbot.waitUntil(lambda: not window.request_id, timeout=120_000)
     assert texts(window)[:3] == ["Name a red fruit.", before[1][1], "Name a green fruit."] and len(window.messages) == 4
-    pager = window.view.cards[2].actions
+    pager = window.view.cards[2].message_actions
     assert pager is not None and pager.version_label.text() == "2/2" and pager.prev_button.isVisible()
     qtbot.mouseClick(pager.prev_button, LEFT)  # the replaced turn is a page away
     assert [(m["role"], m["content"]) for m in window.messages] == before
-    assert window.view.cards[2].actions.version_label.text() == "1/2"  # type: ignore[union-attr]
+    assert window.view.cards[2].message_actions.version_label.text() == "1/2"  # type: ignore[union-attr]
     qtbot.mouseClick(window.edit_button, LEFT)
     window.close()  # quitting while editing
     assert stored(ConversationStore(store.path), conv_id) == before
@@ -93,7 +93,7 @@ def test_any_question_can_be_edited_and_the_old_branch_stays(qtbot, window: Main
     ask(qtbot, window, "Name a red fruit.")
     ask(qtbot, window, "Name a yellow fruit.")
     old = texts(window)
-    first = window.view.cards[0].actions
+    first = window.view.cards[0].message_actions
     assert first is not None and first.edit_button.isVisible() and not first.prev_button.isVisible()
     qtbot.mouseClick(first.edit_button, LEFT)
     assert window.input.toPlainText() == "Name a red fruit." and window.composer.edit_row.isVisible()
@@ -102,13 +102,13 @@ def test_any_question_can_be_edited_and_the_old_branch_stays(qtbot, window: Main
     qtbot.waitUntil(lambda: not window.request_id, timeout=120_000)
     assert [m["role"] for m in window.messages] == ["user", "assistant"] and texts(window)[0] == "Name a purple fruit."
     assert store.get(window.conv_id).messages[0].content == "Name a purple fruit."
-    pager = window.view.cards[0].actions
+    pager = window.view.cards[0].message_actions
     assert pager is not None and pager.version_label.text() == "2/2" and not pager.next_button.isEnabled()
     qtbot.mouseClick(pager.prev_button, LEFT)
     assert texts(window) == old  # the whole old branch, both turns
-    qtbot.mouseClick(window.view.cards[0].actions.next_button, LEFT)  # type: ignore[union-attr]
+    qtbot.mouseClick(window.view.cards[0].message_actions.next_button, LEFT)  # type: ignore[union-attr]
     assert texts(window)[0] == "Name a purple fruit." and len(window.messages) == 2
-    assert window.view.cards[1].actions is not None and not window.view.cards[1].actions.edit_button.isVisible()
+    assert window.view.cards[1].message_actions is not None and not window.view.cards[1].message_actions.edit_button.isVisible()
 
 
 def test_a_search_hit_on_an_older_version_opens_that_branch(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
@@ -122,21 +122,21 @@ def test_a_search_hit_on_an_older_version_opens_that_branch(qtbot, window: MainW
     window.sidebar.search.setText("red fruit")  # only the older version says it
     window.sidebar.select(conv_id)
     assert window.conv_id == conv_id and texts(window)[0] == "Name a red fruit."
-    assert window.view.cards[0].actions.version_label.text() == "1/2"  # type: ignore[union-attr]
+    assert window.view.cards[0].message_actions.version_label.text() == "1/2"  # type: ignore[union-attr]
 
 
 def test_regenerations_are_versions_to_page_through(qtbot, window: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
     ask(qtbot, window, "Say hello.")
     first_id = window.messages[1]["id"]
     qtbot.mouseClick(window.regen_button, LEFT)
-    pager = window.view.cards[1].actions
+    pager = window.view.cards[1].message_actions
     assert window.request_id and pager is not None and not pager.prev_button.isEnabled()  # no paging mid-answer
     qtbot.waitUntil(lambda: not window.request_id, timeout=120_000)
-    pager = window.view.cards[1].actions
+    pager = window.view.cards[1].message_actions
     assert pager is not None and pager.version_label.text() == "2/2" and pager.prev_button.isEnabled()
     assert window.messages[1]["id"] != first_id and window.messages[1]["content"]
     qtbot.mouseClick(pager.prev_button, LEFT)
-    assert window.messages[1]["id"] == first_id and window.view.cards[1].actions.version_label.text() == "1/2"  # type: ignore[union-attr]
+    assert window.messages[1]["id"] == first_id and window.view.cards[1].message_actions.version_label.text() == "1/2"  # type: ignore[union-attr]
     assert store.get(window.conv_id).messages[1].id == first_id and len(store.get(window.conv_id).messages[1].versions) == 2
 
 
@@ -144,7 +144,7 @@ def test_every_message_can_be_copied(qtbot, window: MainWindow) -> None:  # type
     ask(qtbot, window, "Name a red fruit.")
     ask(qtbot, window, "Name a yellow fruit.")
     for i in range(4):
-        actions = window.view.cards[i].actions
+        actions = window.view.cards[i].message_actions
         assert actions is not None
         qtbot.mouseClick(actions.copy_button, LEFT)
         assert QApplication.clipboard().text() == window.messages[i]["content"]

@@ -111,7 +111,7 @@ def test_after_a_crash_regenerate_restarts_the_engine_and_restart_keeps_the_focu
     qtbot.waitUntil(lambda: win.model_loaded, timeout=90_000)
     qtbot.waitUntil(lambda: not win.request_id and win.messages[-1]["id"] != first_id, timeout=60_000)
     assert win.messages[-1]["content"] and win.messages[-1]["finish"] == "length"
-    assert win.view.cards[len(win.messages) - 1].actions.version_label.text() == "2/2"  # type: ignore[union-attr]
+    assert win.view.cards[len(win.messages) - 1].message_actions.version_label.text() == "2/2"  # type: ignore[union-attr]
     assert "[interrupted" not in win.transcript()
 
     win.sampling = p.Sampling.greedy(400)
@@ -187,7 +187,7 @@ def test_version_arrows_system_prompt_and_undo_label_read_and_click_well(qtbot, 
     idle.sidebar.refresh()
     idle.sidebar.select(conv.id)
     qtbot.wait(50)
-    pager = idle.view.cards[1].actions
+    pager = idle.view.cards[1].message_actions
     assert pager is not None and pager.version_label.text() == "2/2"
     for arrow in (pager.prev_button, pager.next_button):
         assert arrow.width() >= 24 and arrow.height() >= 24, arrow.size()  # WCAG 2.5.8's minimum target

@@ -82,8 +82,8 @@ def test_add_a_remote_engine_chat_with_it_then_back_to_local(
     dialog.url.setText(llama_server)
     dialog.key.setText("sk-llama-ignores-it")
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
-    assert "Asking" in dialog.result.text() and not dialog.test_button.isEnabled()  # the GUI thread is free
-    qtbot.waitUntil(lambda: "Connected" in dialog.result.text(), timeout=30_000)
+    assert "Asking" in dialog.test_result.text() and not dialog.test_button.isEnabled()  # the GUI thread is free
+    qtbot.waitUntil(lambda: "Connected" in dialog.test_result.text(), timeout=30_000)
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
     assert not dialog.isVisible()
     assert memory_keyring.passwords == {("specee-chat", "gpu-box"): "sk-llama-ignores-it"}
@@ -159,17 +159,17 @@ def test_the_connection_test_says_when_the_key_is_refused(qtbot, llama_server_wi
     dialog.key.setText("the-wrong-key")
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.test_button.isEnabled(), timeout=30_000)
-    text = dialog.result.text()
+    text = dialog.test_result.text()
     assert text.startswith("The server refused the API key:") and "HTTP 401" in text and "the-wrong-key" not in text
     dialog.url.setText("localhost:8080")  # no scheme: said before anything is contacted
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
-    assert "http://" in dialog.result.text() and dialog.test_button.isEnabled()
+    assert "http://" in dialog.test_result.text() and dialog.test_button.isEnabled()
     dialog.url.setText(llama_server_with_key)
     dialog.key.setText("the-right-key")
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "Connected" in dialog.result.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "Connected" in dialog.test_result.text(), timeout=30_000)
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()  # no keyring here: said plainly
-    assert dialog.isVisible() and "kept for this session only" in dialog.result.text()
+    assert dialog.isVisible() and "kept for this session only" in dialog.test_result.text()
     assert EndpointRegistry().get("keyed").base_url == llama_server_with_key + "/v1"
 
 
