@@ -289,8 +289,8 @@ class ChatView(QScrollArea):
                 self.column.insertWidget(self.column.count() - 1, card)
                 card.show()  # now, not at the next event loop turn: the layout counts only shown widgets
             self.cards[i].set_message(content, footer)
-            if self.cards[i].message_actions is not None:
-                self.cards[i].message_actions.set_version(*message_version(messages[i]), idle=self.idle)
+            if (row := self.cards[i].message_actions) is not None:
+                row.set_version(*message_version(messages[i]), idle=self.idle)
         self._drop_cards_from(len(items))
         self.hint.setText(hint if not items else "")
         self.hint.setVisible(not items and bool(hint))
@@ -323,10 +323,12 @@ class ChatView(QScrollArea):
             return
         card = self.cards[self.matched]
         self._settle()
-        y = card.mapTo(self.widget(), QPoint(0, 0)).y() - 12
+        inner = self.widget()
+        assert inner is not None  # the scroll area's own, set in __init__
+        y = card.mapTo(inner, QPoint(0, 0)).y() - 12
         block = self._match_block
         if block is not None and block in card.widgets:
-            below = block.mapTo(self.widget(), QPoint(0, 0)).y() - 24
+            below = block.mapTo(inner, QPoint(0, 0)).y() - 24
             if below - y > self.viewport().height() // 2:  # the card's top would leave the match out of view
                 y = below
         self._moving = True
@@ -360,7 +362,7 @@ class ChatView(QScrollArea):
         self.verticalScrollBar().triggerAction(step.get(action, QScrollBar.SliderAction.SliderToMinimum))
 
     def _on_focus(self, _old: QWidget | None, new: QWidget | None) -> None:
-        if new is not None and self.widget().isAncestorOf(new):
+        if new is not None and self.widget().isAncestorOf(new):  # type: ignore[union-attr]  # set in __init__
             self.ensureWidgetVisible(new, 0, 24)
 
     def _on_range(self, _minimum: int, _maximum: int) -> None:

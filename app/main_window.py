@@ -48,7 +48,7 @@ class MainWindow(WindowPlaces, WindowDrafts):
         self._shown_once = False
         self.native_info: dict | None = None  # Ready.native of the running worker
         self.store = store or ConversationStore()
-        self.chat = ChatSession(self.store, sampling, settings={"preset": "Balanced"})  # None: no length cap
+        self.chat = ChatSession(self.store, sampling, settings={"preset": "Balanced"})  # type: ignore[arg-type]  # None: ChatSession's default (no length cap)
         self.settings = load_settings()
         self.resize(*(self.settings.window or self.DEFAULT_SIZE))  # the size it had when last closed
         self.n_ctx = 0
@@ -149,7 +149,7 @@ class MainWindow(WindowPlaces, WindowDrafts):
     def _load_intent(self, path: str) -> p.Load:
         s = self.settings  # layout "auto": the worker plans where the layers go and says why in Loaded.plan
         placement = p.Placement(n_ctx=self.panel.load_context() or s.n_ctx, n_threads=s.n_threads)
-        return p.Load(path, placement, mode=s.mode, kv_disk_budget=s.kv_disk_gb * 1024**3)
+        return p.Load(path, placement, mode=p.Mode(s.mode), kv_disk_budget=s.kv_disk_gb * 1024**3)  # a mode AppSettings checked
 
     def start_engine(self) -> None:
         if self.restart_button.hasFocus():  # the message box takes it: Qt gave it to the next
@@ -245,7 +245,7 @@ class MainWindow(WindowPlaces, WindowDrafts):
         if changed:
             self.context_label.setText("")  # the previous chat's count is not this one's
             self.sidebar.list.clearSelection()
-            self.sidebar.list.setCurrentItem(None)
+            self.sidebar.list.setCurrentItem(None)  # type: ignore[call-overload]  # Qt takes None: no current item
 
     def open_conversation(self, conv_id: str) -> None:
         if conv_id == self.conv_id:
@@ -346,7 +346,7 @@ class MainWindow(WindowPlaces, WindowDrafts):
         self.panel.fail(kind, message)
 
     def _render(self) -> None:
-        self.panel.render()
+        self.panel.show_chat()
 
     def transcript(self) -> str:
         return self.view.toPlainText()

@@ -59,7 +59,7 @@ class _Signals(QObject):
 class ModelManager(QDialog):
     use_model = Signal(str)  # a GGUF path to load
 
-    def __init__(self, parent=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Download models")
         self.resize(860, 540)
@@ -126,7 +126,7 @@ class ModelManager(QDialog):
         self.scanned = False  # files copied into the models folder are found: "installed" below
         self.folder_scan = scan_in_background(self, self._on_scanned)
 
-    def _on_scanned(self, _found) -> None:  # type: ignore[no-untyped-def]
+    def _on_scanned(self, _found) -> None:
         self.scanned = True
         self._refresh_files()
 
@@ -150,7 +150,7 @@ class ModelManager(QDialog):
         self.status.setText(f"Searching for {query!r}…")
         self._in_thread(lambda: self.signals.searched.emit(search_gguf_repos(query)))
 
-    def _repo_chosen(self, item: QListWidgetItem | None, _prev) -> None:  # type: ignore[no-untyped-def]
+    def _repo_chosen(self, item: QListWidgetItem | None, _prev) -> None:
         if item is None:
             return
         entry: CatalogEntry | None = item.data(ENTRY_ROLE)
@@ -282,7 +282,7 @@ class ModelManager(QDialog):
             self.use_model.emit(self.downloaded)
             self.accept()
 
-    def _in_thread(self, fn) -> None:  # type: ignore[no-untyped-def]
+    def _in_thread(self, fn) -> None:
         def work() -> None:
             try:
                 fn()

@@ -24,7 +24,7 @@ class Sparkline(QWidget):
         self.values = values[-120:]
         self.update()
 
-    def paintEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+    def paintEvent(self, event) -> None:
         if len(self.values) < 2:
             return
         painter = QPainter(self)

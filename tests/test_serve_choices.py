@@ -39,8 +39,8 @@ def test_n_choices_streamed_and_not(server: ServerProcess) -> None:
         reply.usage.prompt_tokens
         == client(server).chat.completions.create(model=MODEL_ID, messages=STORY, max_tokens=1).usage.prompt_tokens
     )
-    assert [ch.message.content for ch in c.chat.completions.create(**kw).choices] == texts  # a seeded request repeats
-    chunks = list(c.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert [ch.message.content for ch in c.chat.completions.create(**kw).choices] == texts  # type: ignore[call-overload]  # a seeded request repeats
+    chunks = list(c.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))  # type: ignore[call-overload]
     streamed = {i: "" for i in range(3)}
     finishes = {}
     for chunk in chunks:
@@ -82,9 +82,9 @@ def test_the_same_conversation_again_reports_its_cached_prompt(server: ServerPro
     again = c.chat.completions.create(model=MODEL_ID, messages=chat, max_tokens=6, temperature=0)
     assert again.usage.prompt_tokens_details is not None
     cached = again.usage.prompt_tokens_details.cached_tokens
-    assert 0 < cached < again.usage.prompt_tokens and cached > first.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < again.usage.prompt_tokens and cached > first.usage.prompt_tokens_details.cached_tokens  # type: ignore[operator]
     chunks = list(
-        c.chat.completions.create(
+        c.chat.completions.create(  # type: ignore[call-overload]
             model=MODEL_ID, messages=chat, max_tokens=6, temperature=0, stream=True, stream_options={"include_usage": True}
         )
     )

@@ -30,7 +30,7 @@ MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 
 
 @pytest.fixture(scope="module")
-def served(model_path: Path):  # type: ignore[no-untyped-def]
+def served(model_path: Path):
     server = ServerProcess(model=model_path, mode="ngram", api_key=KEY, extra_args=["--ctx", "1024"])
     server.start(timeout=180)
     yield server
@@ -175,7 +175,7 @@ BAD_FORMATS = {
 def test_bad_response_formats_are_400(served: ServerProcess, case: str) -> None:
     fmt, says = BAD_FORMATS[case]
     with pytest.raises(openai.BadRequestError) as err:
-        client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), response_format=fmt, max_tokens=4)  # type: ignore[arg-type]
+        client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), response_format=fmt, max_tokens=4)  # type: ignore[call-overload]
     error = assert_openai_error(400, err.value.response.json())
     assert error["type"] == "invalid_request_error" and error["param"] == "response_format", error
     assert says in error["message"], error
@@ -235,7 +235,7 @@ def test_logprobs_at_a_temperature_and_with_a_grammar(served: ServerProcess) -> 
         model=MODEL_ID, messages=ask("A colour?"), temperature=1.2, seed=3, max_tokens=12, logprobs=True, top_logprobs=20
     )
     _check_entries(reply.choices[0].logprobs.content, 20, greedy=False)
-    raw = client(served).chat.completions.with_raw_response.create(
+    raw = client(served).chat.completions.with_raw_response.create(  # type: ignore[call-overload]
         model=MODEL_ID, messages=ask("A colour?"), temperature=0, max_tokens=300, logprobs=True, top_logprobs=2,
         response_format={"type": "json_object"},
     )  # fmt: skip
@@ -284,7 +284,7 @@ BAD_LOGPROBS = {
 @pytest.mark.parametrize("case", BAD_LOGPROBS)
 def test_bad_logprobs_are_400(served: ServerProcess, case: str) -> None:
     path, extra, param = BAD_LOGPROBS[case]
-    body = {"model": MODEL_ID, "max_tokens": 2, **extra}
+    body = {"model": MODEL_ID, "max_tokens": 2, **extra}  # type: ignore[dict-item]
     body.update({"messages": ask("Hi.")} if "chat" in path else {"prompt": "Hi"})
     conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
     conn.request("POST", path, json.dumps(body), {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
@@ -299,7 +299,7 @@ def test_tools_and_n_are_still_refused(served: ServerProcess) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     for extra in ({"tools": [tool]}, {"n": 17}, {"tool_choice": "auto"}):
         with pytest.raises(openai.BadRequestError):
-            client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), max_tokens=2, **extra)  # type: ignore[call-overload]
+            client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), max_tokens=2, **extra)
 
 
 @pytest.mark.slow  # json_schema's grammar comes from llama-cpp-python's converter

@@ -70,7 +70,7 @@ def tool_model(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Pa
 
 
 @pytest.fixture(scope="module")
-def served(tool_model: Path):  # type: ignore[no-untyped-def]
+def served(tool_model: Path):
     # ngram mode: a request with a tool-call grammar runs in the vanilla decoder, one without in ngram
     server = ServerProcess(model=tool_model, mode="ngram", api_key=KEY, extra_args=["--ctx", "1024"])
     server.start(timeout=180)
@@ -100,7 +100,8 @@ def assert_valid_call(name: str, arguments: str, want: str | None = None) -> dic
 
 def collect_stream(stream: Any) -> tuple[str, dict[int, dict[str, str]], str | None]:
     """(content, {index: {id, name, arguments}}, finish_reason) of a streamed answer, as clients join it."""
-    content, calls, finish = "", {}, None
+    content, finish = "", None
+    calls: dict[int, dict[str, str]] = {}
     for chunk in stream:
         if not chunk.choices:
             continue
@@ -133,7 +134,7 @@ def tool_result(call_id: str, name: str, arguments: str) -> list[dict[str, Any]]
 
 @pytest.mark.slow
 def test_round_trip_required_call_result_and_final_answer(served: ServerProcess) -> None:
-    raw = client(served).chat.completions.with_raw_response.create(
+    raw = client(served).chat.completions.with_raw_response.create(  # type: ignore[call-overload]
         model=MODEL_ID, messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
         temperature=0, max_tokens=120,
     )  # fmt: skip
@@ -205,7 +206,7 @@ def test_auto_answers_text_or_valid_calls(served: ServerProcess) -> None:
 
 @pytest.mark.slow
 def test_tool_choice_none_gives_no_calls(served: ServerProcess) -> None:
-    raw = client(served).chat.completions.with_raw_response.create(
+    raw = client(served).chat.completions.with_raw_response.create(  # type: ignore[call-overload]
         model=MODEL_ID, messages=ASK, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=12
     )
     assert "x-specee-mode" not in raw.headers  # no grammar: the server's own mode answered

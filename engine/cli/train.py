@@ -12,7 +12,7 @@ from engine.cli.resolve import resolve_model
 from engine.paths import RESOURCES_DIR
 
 
-def _trainer(module: str, name: str):  # type: ignore[no-untyped-def]
+def _trainer(module: str, name: str):
     """A trainer entry point, or None (with how to get it) when the `train` extra is missing."""
     import importlib
 

@@ -68,7 +68,7 @@ def _token() -> str | None:
         return None
 
 
-def _api():  # type: ignore[no-untyped-def]
+def _api():
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=endpoint(), token=_token())

@@ -60,7 +60,7 @@ def check_weights(info: GGUFInfo) -> None:
         )
 
 
-def _read(fh, offset: int, width: int, dtype: type) -> float:  # type: ignore[no-untyped-def]
+def _read(fh, offset: int, width: int, dtype: type) -> float:
     fh.seek(offset)
     raw = fh.read(width)
     return float(np.frombuffer(raw, dtype=dtype)[0]) if len(raw) == width else float("nan")

@@ -33,7 +33,7 @@ def cached_cpu_bandwidth() -> float | None:
     return float(cache[key]) if key in cache else None
 
 
-def _bandwidth_cache():  # type: ignore[no-untyped-def]
+def _bandwidth_cache():
     from engine.paths import cache_dir
 
     hw = detect()
@@ -135,7 +135,7 @@ def this_machine(measure: bool = False) -> HardwareProfile:
                            hw.physical_cores, gpu, cpu_bw_measured=measured)  # fmt: skip
 
 
-def measure_memory(model_path, n_ctx: int, n_gpu_layers: int = 0, n_first: int = -1, output_on_gpu: bool = False) -> dict:  # type: ignore[no-untyped-def]
+def measure_memory(model_path, n_ctx: int, n_gpu_layers: int = 0, n_first: int = -1, output_on_gpu: bool = False) -> dict:
     """llama.cpp's dry-run measurement (model, KV context, compute buffers; host vs device bytes)."""
     from engine import native
 
