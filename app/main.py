@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     return app.exec()
 
 
-def _screenshot_then_quit(app, window, path: str) -> None:
+def _screenshot_then_quit(app: QApplication, window: MainWindow, path: str) -> None:
     """Installer smoke test: load, answer one question, save the window as PNG, quit."""
     from PySide6.QtCore import QTimer
 

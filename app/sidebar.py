@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -122,7 +122,7 @@ class ConversationSidebar(QWidget):
                 self.list.setCurrentRow(i)
                 return
 
-    def keyPressEvent(self, event) -> None:
+    def keyPressEvent(self, event: QKeyEvent) -> None:
         item = self.list.currentItem()
         if item and event.key() == Qt.Key.Key_Delete:
             self.delete(item.data(Qt.ItemDataRole.UserRole))
@@ -219,7 +219,7 @@ class ConversationSidebar(QWidget):
         if not self._filling:
             self.store.rename(item.data(Qt.ItemDataRole.UserRole), item.text())
 
-    def _menu(self, pos) -> None:
+    def _menu(self, pos: QPoint) -> None:
         item = self.list.itemAt(pos)
         if item is None:
             return

@@ -67,7 +67,7 @@ class TrainRunner(QObject):
         if lines:
             self.progress.emit(lines[-1][-160:])
 
-    def _done(self, code: int, _status) -> None:
+    def _done(self, code: int, _status: QProcess.ExitStatus) -> None:
         if code != 0:
             self.steps = []
             self.finished.emit(False, f"training stopped (exit code {code}); see the progress line above")

@@ -251,7 +251,9 @@ def step_cost(
     return float(cost.mean())
 
 
-def choose_schedule(z, y, thr, n_layer: int, head_cost: float, check_cost: float) -> list[int]:
+def choose_schedule(
+    z: np.ndarray, y: np.ndarray, thr: np.ndarray, n_layer: int, head_cost: float, check_cost: float
+) -> list[int]:
     """Drop layers whose checks cost more than their exits save (greedy backward elimination)."""
     schedule = [layer for layer in range(n_layer) if np.isfinite(thr[layer])]
     best = step_cost(z, y, thr, schedule, n_layer, head_cost, check_cost)

@@ -13,7 +13,7 @@ from llama_cpp import Llama
 from engine import protocol as p
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
 from engine.llm.load import capture_head_layers
-from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers
+from engine.models.acceleration import AccelerationError, AccelerationPack, check_eagle_head, find_pack, head_target_layers
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import GGUFInfo, ModelFileError
@@ -110,11 +110,12 @@ class ModeMakers:
             return  # the decoder that needs the head says what is wrong with it, when asked for
         capture_head_layers(self.llm, layers)
 
-    def _eagle_decoder(self, load: p.Load, pack, head: Path) -> DrafterDecoder:
+    def _eagle_decoder(self, load: p.Load, pack: AccelerationPack | None, head: Path) -> DrafterDecoder:
         try:
             check_eagle_head(head, Path(load.model_path))
             # an explicit chain length is verified whole every step, as asked; by default the chain is
             # the head's trained length and each step verifies only the drafts that pay here
+            assert pack is not None  # the head is the pack's
             n_draft = load.n_draft or int(pack.manifest.get("eagle", {}).get("n_draft", 3))
             gated = not load.n_draft
             return DrafterDecoder(self.llm, "eagle", n_draft, self.n_threads, head, self._head_on_gpu(), gated=gated)
