@@ -134,7 +134,7 @@ def tool_result(call_id: str, name: str, arguments: str) -> list[dict[str, Any]]
 
 @pytest.mark.slow
 def test_round_trip_required_call_result_and_final_answer(served: ServerProcess) -> None:
-    raw = client(served).chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+    raw = client(served).chat.completions.with_raw_response.create(
         model=MODEL_ID, messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
         temperature=0, max_tokens=120,
     )  # fmt: skip
@@ -206,7 +206,7 @@ def test_auto_answers_text_or_valid_calls(served: ServerProcess) -> None:
 
 @pytest.mark.slow
 def test_tool_choice_none_gives_no_calls(served: ServerProcess) -> None:
-    raw = client(served).chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+    raw = client(served).chat.completions.with_raw_response.create(
         model=MODEL_ID, messages=ASK, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=12
     )
     assert "x-specee-mode" not in raw.headers  # no grammar: the server's own mode answered
