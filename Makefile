@@ -41,13 +41,15 @@ test-fast: $(VENV)/.deps-stamp
 peer-suite: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -s tests/test_peer_server_suite.py
 
-# ruff, then the import contracts of pyproject.toml ([tool.importlinter]: layers, forbidden imports),
-# then actionlint over .github/workflows (action versions, expressions, and shellcheck on the run
-# scripts where shellcheck is installed).
+# ruff, then the import contracts of pyproject.toml ([tool.importlinter]: layers, forbidden imports,
+# no cycles), then the type checker (mypy, [tool.mypy]: strict on the protocol and the chats), then
+# actionlint over .github/workflows (action versions, expressions, and shellcheck on the run scripts
+# where shellcheck is installed).
 lint: $(VENV)/.deps-stamp
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/actionlint
 
 # Plain upstream llama-cpp-python in .venv-upstream, for `specee bench --modes vanilla,upstream`.

@@ -52,7 +52,7 @@ class ChatPanel(QWidget):
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.setInterval(50)  # while streaming: redraw at most 20 times a second
-        self._render_timer.timeout.connect(self.render)
+        self._render_timer.timeout.connect(self.show_chat)
         # the message box's token count: asked of the engine once typing pauses (local engines only:
         # n_ctx 0 means a remote engine, which cannot count)
         self.n_ctx = 0
@@ -81,7 +81,7 @@ class ChatPanel(QWidget):
         self.setAcceptDrops(True)  # files dropped on the chat are attached
         self.set_busy(False)
         self._show_generation()  # the preset box shows the chat's sampling from the start
-        self.render()
+        self.show_chat()
 
     # -- conversations --------------------------------------------------------------------------------
 
@@ -94,7 +94,7 @@ class ChatPanel(QWidget):
         self.composer.system_edit.clear()
         self._show_generation()
         self.set_busy(False)
-        self.render()
+        self.show_chat()
         self._recount()
         self.composer.input.setFocus()
         return True
@@ -108,7 +108,7 @@ class ChatPanel(QWidget):
         self.composer.system_edit.setText(self.chat.system_prompt)
         self._show_generation()
         self.set_busy(False)
-        self.render()
+        self.show_chat()
         hit = self._best_match(match)
         if hit is None:
             self.view.scroll_to_end()  # a chat opens on its last message
@@ -264,10 +264,10 @@ class ChatPanel(QWidget):
         if not self._send(gen):
             self.chat.abandon(gen)
             self.set_busy(False)
-            self.render()
+            self.show_chat()
             return False
         self.set_busy(True)
-        self.render()
+        self.show_chat()
         self.view.scroll_to_end()  # the question just asked, and its answer as it streams
         return True
 
@@ -361,7 +361,7 @@ class ChatPanel(QWidget):
             if self.chat.show_version(index, step):
                 self._drop_edit_draft(editing)
                 self.set_busy(False)
-                self.render()
+                self.show_chat()
 
     # -- what the engine says -------------------------------------------------------------------------
 
@@ -379,10 +379,10 @@ class ChatPanel(QWidget):
         if changed in ("token", "progress") and not self._render_timer.isActive():
             self._render_timer.start()
         elif changed == "notice":
-            self.render()
+            self.show_chat()
         elif changed == "done":
             self.set_busy(False)
-            self.render()
+            self.show_chat()
             self._recount()  # the chat grew: less room for what is being written
         return changed
 
@@ -395,9 +395,9 @@ class ChatPanel(QWidget):
             self._show_files()  # nor any file sent with it
         self.pending = ()
         self.set_busy(False)
-        self.render()
+        self.show_chat()
 
-    def render(self) -> None:
+    def show_chat(self) -> None:
         notices = [n for n in self.chat.notices if n != "[stopped]"]  # the answer's footer says it, and stays
         self.view.show_conversation(self.chat.messages, notices, EMPTY_HINT, live=self.chat.streaming)
 
@@ -411,4 +411,4 @@ class ChatPanel(QWidget):
             self.composer.send_button.setEnabled(False)
         if self.view.idle == busy:  # the cards' Edit and version pager follow
             self.view.idle = not busy
-            self.render()
+            self.show_chat()

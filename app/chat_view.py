@@ -125,9 +125,9 @@ class MessageCard(QFrame):
         head.addWidget(self.role_label)
         head.addStretch()
         # a question's or an answer's own actions: its versions, Edit (questions), Copy
-        self.actions = MessageActions(role) if role in ("user", "assistant") else None
-        if self.actions is not None:
-            head.addWidget(self.actions)
+        self.message_actions = MessageActions(role) if role in ("user", "assistant") else None
+        if self.message_actions is not None:
+            head.addWidget(self.message_actions)
         self.body = QVBoxLayout()
         self.body.setContentsMargins(0 if role in ("notice", "error") else 34, 0, 0, 0)
         self.body.setSpacing(8)
@@ -153,8 +153,8 @@ class MessageCard(QFrame):
                 self._set_segments([Segment("long", content)])
             else:
                 self._set_segments(message_segments(content) or [Segment("text", "…")])
-            if self.actions is not None:
-                self.actions.copy_button.setText("Copy")  # another message (or more of it) since the last copy
+            if self.message_actions is not None:
+                self.message_actions.copy_button.setText("Copy")  # another message (or more of it) since the last copy
         if footer != self.footer_lines:
             self.footer_lines = footer
             self.footer.setText("   ·   ".join(footer))
@@ -289,8 +289,8 @@ class ChatView(QScrollArea):
                 self.column.insertWidget(self.column.count() - 1, card)
                 card.show()  # now, not at the next event loop turn: the layout counts only shown widgets
             self.cards[i].set_message(content, footer)
-            if self.cards[i].actions is not None:
-                self.cards[i].actions.set_version(*message_version(messages[i]), idle=self.idle)
+            if (row := self.cards[i].message_actions) is not None:
+                row.set_version(*message_version(messages[i]), idle=self.idle)
         self._drop_cards_from(len(items))
         self.hint.setText(hint if not items else "")
         self.hint.setVisible(not items and bool(hint))
@@ -323,10 +323,12 @@ class ChatView(QScrollArea):
             return
         card = self.cards[self.matched]
         self._settle()
-        y = card.mapTo(self.widget(), QPoint(0, 0)).y() - 12
+        inner = self.widget()
+        assert inner is not None  # the scroll area's own, set in __init__
+        y = card.mapTo(inner, QPoint(0, 0)).y() - 12
         block = self._match_block
         if block is not None and block in card.widgets:
-            below = block.mapTo(self.widget(), QPoint(0, 0)).y() - 24
+            below = block.mapTo(inner, QPoint(0, 0)).y() - 24
             if below - y > self.viewport().height() // 2:  # the card's top would leave the match out of view
                 y = below
         self._moving = True
@@ -360,7 +362,7 @@ class ChatView(QScrollArea):
         self.verticalScrollBar().triggerAction(step.get(action, QScrollBar.SliderAction.SliderToMinimum))
 
     def _on_focus(self, _old: QWidget | None, new: QWidget | None) -> None:
-        if new is not None and self.widget().isAncestorOf(new):
+        if new is not None and self.widget().isAncestorOf(new):  # type: ignore[union-attr]  # set in __init__
             self.ensureWidgetVisible(new, 0, 24)
 
     def _on_range(self, _minimum: int, _maximum: int) -> None:
@@ -380,10 +382,10 @@ class ChatView(QScrollArea):
             card.set_dark(dark)
 
     def _connect(self, card: MessageCard, i: int) -> None:
-        if card.actions is not None:
-            card.actions.copy_requested.connect(lambda: self.action.emit("copy", i, 0))
-            card.actions.edit_requested.connect(lambda: self.action.emit("edit", i, 0))
-            card.actions.page_requested.connect(lambda step: self.action.emit("page", i, step))
+        if card.message_actions is not None:
+            card.message_actions.copy_requested.connect(lambda: self.action.emit("copy", i, 0))
+            card.message_actions.edit_requested.connect(lambda: self.action.emit("edit", i, 0))
+            card.message_actions.page_requested.connect(lambda step: self.action.emit("page", i, step))
 
     def _drop_cards_from(self, i: int) -> None:
         if self.matched is not None and self.matched >= i:

@@ -69,7 +69,7 @@ class SystemPromptEdit(QLineEdit):
         super().__init__()
         self.textChanged.connect(self.setToolTip)
 
-    def setText(self, text: str) -> None:
+    def setText(self, text: str | None) -> None:
         super().setText(text)
         self.setCursorPosition(0)
 
@@ -169,7 +169,7 @@ class Composer(QWidget):
         with an answer, the chat has a question to edit, the last answer can go on, the question
         being edited (its text as it stands in the chat; "" when none is)."""
         idle = not busy and loaded
-        enabled = {
+        enabled: dict[QWidget, bool] = {
             self.stop_button: busy,
             self.send_button: idle,
             # with no engine answering (it crashed), Regenerate and Continue restart it, as the

@@ -102,12 +102,12 @@ class EndpointDialog(QDialog):
         self.key.setPlaceholderText(NEW_KEY_HINT)
         self.key.setAccessibleName("API key")
         self.test_button = QPushButton("Test connection")
-        self.result = QLabel("llama-server, vLLM, Ollama, LM Studio, `specee serve` or a hosted OpenAI-compatible API.")
-        self.result.setWordWrap(True)
-        self.result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.result.setAccessibleName("Connection test result")
-        self.result.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.result.setMinimumHeight(self.fontMetrics().lineSpacing() * 5)  # a long error, wrapped
+        self.test_result = QLabel("llama-server, vLLM, Ollama, LM Studio, `specee serve` or a hosted OpenAI-compatible API.")
+        self.test_result.setWordWrap(True)
+        self.test_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.test_result.setAccessibleName("Connection test result")
+        self.test_result.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.test_result.setMinimumHeight(self.fontMetrics().lineSpacing() * 5)  # a long error, wrapped
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Close)
 
         saved_row = QHBoxLayout()
@@ -127,7 +127,7 @@ class EndpointDialog(QDialog):
         layout.addWidget(self.form_title)
         layout.addLayout(form)
         layout.addLayout(test_row)
-        layout.addWidget(self.result, 1)
+        layout.addWidget(self.test_result, 1)
         layout.addWidget(self.buttons)
         self.resize(560, 420)
 
@@ -180,9 +180,9 @@ class EndpointDialog(QDialog):
             return None
 
     def _say(self, text: str, error: bool = False) -> None:
-        self.result.setText(text)
+        self.test_result.setText(text)
         dark = self.palette().window().color().lightness() < 128
-        self.result.setStyleSheet(f"color: {(DARK if dark else LIGHT).danger}" if error else "")
+        self.test_result.setStyleSheet(f"color: {(DARK if dark else LIGHT).danger}" if error else "")
 
     def test_connection(self) -> None:
         endpoint = self._endpoint()

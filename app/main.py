@@ -15,7 +15,8 @@ from engine.settings import load_settings
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
-    app = QApplication.instance() or QApplication(argv)
+    running = QApplication.instance()
+    app = running if isinstance(running, QApplication) else QApplication(argv)
     app.setApplicationName("SpecEE Chat")
     app.setOrganizationName("SpecEE Chat")
     instance = SingleInstance()
@@ -24,7 +25,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     apply_theme(app, startup_theme(load_settings().theme))  # before any widget: no flash of the other theme
     window = MainWindow()
-    instance.listen(lambda: (window.showNormal(), window.raise_(), window.activateWindow()))
+
+    def to_front() -> None:
+        window.showNormal()
+        window.raise_()
+        window.activateWindow()
+
+    instance.listen(to_front)
     window.show()
     window.start_engine()
     if "--screenshot" in argv[1:]:
@@ -32,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     return app.exec()
 
 
-def _screenshot_then_quit(app, window, path: str) -> None:  # type: ignore[no-untyped-def]
+def _screenshot_then_quit(app: QApplication, window: MainWindow, path: str) -> None:
     """Installer smoke test: load, answer one question, save the window as PNG, quit."""
     from PySide6.QtCore import QTimer
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtGui import QCloseEvent, QShowEvent
-from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QSplitter, QVBoxLayout, QWidget
 
 from app import theme
 from app.chat_panel import ChatPanel
@@ -37,7 +37,7 @@ from engine.remote.client import display_model
 from engine.settings import load_settings
 
 
-class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
+class MainWindow(WindowPlaces, WindowDrafts):
     DEFAULT_SIZE = (1040, 700)  # a first start's size: the status bar's meter must fit in it
 
     def __init__(
@@ -48,7 +48,7 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
         self._shown_once = False
         self.native_info: dict | None = None  # Ready.native of the running worker
         self.store = store or ConversationStore()
-        self.chat = ChatSession(self.store, sampling, settings={"preset": "Balanced"})  # None: no length cap
+        self.chat = ChatSession(self.store, sampling, settings={"preset": "Balanced"})  # type: ignore[arg-type]  # None: ChatSession's default (no length cap)
         self.settings = load_settings()
         self.resize(*(self.settings.window or self.DEFAULT_SIZE))  # the size it had when last closed
         self.n_ctx = 0
@@ -143,14 +143,13 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
 
     # -- which engine answers: the engine choice decides, the window follows ---------------------------
 
-    # the local model (the last one asked of the worker), and (endpoint, model id) while one answers
-    model_path = property(lambda self: self.choice.local_path, lambda self, path: setattr(self.choice, "local_path", path))
+    # (endpoint, model id) while a remote engine answers (the local model is WindowParts.model_path)
     remote_target = property(lambda self: self.choice.remote_target)
 
     def _load_intent(self, path: str) -> p.Load:
         s = self.settings  # layout "auto": the worker plans where the layers go and says why in Loaded.plan
         placement = p.Placement(n_ctx=self.panel.load_context() or s.n_ctx, n_threads=s.n_threads)
-        return p.Load(path, placement, mode=s.mode, kv_disk_budget=s.kv_disk_gb * 1024**3)
+        return p.Load(path, placement, mode=p.Mode(s.mode), kv_disk_budget=s.kv_disk_gb * 1024**3)  # a mode AppSettings checked
 
     def start_engine(self) -> None:
         if self.restart_button.hasFocus():  # the message box takes it: Qt gave it to the next
@@ -231,8 +230,7 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
 
     # -- conversations: their state is the Qt-free ChatSession's, the chat pane draws it ---------------
 
-    conv_id = property(lambda self: self.chat.conv_id)
-    notices = property(lambda self: self.chat.notices)
+    # (conv_id and notices: WindowParts')
     request_id = property(lambda self: self.chat.request_id)
     answer = property(lambda self: self.chat.answer)
     history = property(lambda self: self.chat.history, doc="What the model sees: the system prompt, then the chat.")
@@ -247,7 +245,7 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
         if changed:
             self.context_label.setText("")  # the previous chat's count is not this one's
             self.sidebar.list.clearSelection()
-            self.sidebar.list.setCurrentItem(None)
+            self.sidebar.list.setCurrentItem(None)  # type: ignore[call-overload]  # Qt takes None: no current item
 
     def open_conversation(self, conv_id: str) -> None:
         if conv_id == self.conv_id:
@@ -348,7 +346,7 @@ class MainWindow(WindowPlaces, WindowDrafts, QMainWindow):
         self.panel.fail(kind, message)
 
     def _render(self) -> None:
-        self.panel.render()
+        self.panel.show_chat()
 
     def transcript(self) -> str:
         return self.view.toPlainText()

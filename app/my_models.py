@@ -185,7 +185,7 @@ class MyModels(QDialog):
         """A model's row as shown, cells joined by " | " (tests, screen readers)."""
         for i, m in enumerate(self.models):
             if m.path == path:
-                return " | ".join(self.table.item(i, j).text() for j in range(len(COLUMNS)))
+                return " | ".join(self.table.item(i, j).text() for j in range(len(COLUMNS)))  # type: ignore[union-attr]  # every cell is set
         return ""
 
     def _update_buttons(self) -> None:
@@ -257,10 +257,10 @@ class MyModels(QDialog):
             role = QMessageBox.ButtonRole.DestructiveRole if action == DELETE_FILE else QMessageBox.ButtonRole.AcceptRole
             actions[box.addButton(label, role)] = action
         cancel = box.button(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(next((b for b, a in actions.items() if a == default), cancel))
+        box.setDefaultButton(next((b for b, a in actions.items() if a == default), cancel))  # type: ignore[call-overload]  # Cancel's is a QPushButton
         box.setEscapeButton(cancel)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.buttonClicked.connect(lambda b: self._delete_chosen(m, actions.get(b, "")))  # type: ignore[call-overload]
+        box.buttonClicked.connect(lambda b: self._delete_chosen(m, actions.get(b, "")))
         box.finished.connect(lambda _r: setattr(self, "delete_box", None))
         self.delete_box = box
         box.open()  # window-modal, and the event loop goes on: the engine's news still arrive

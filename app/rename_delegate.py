@@ -12,6 +12,6 @@ class RenameDelegate(QStyledItemDelegate):
     def updateEditorGeometry(
         self, editor: QWidget, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> None:
-        row = option.rect  # type: ignore[attr-defined]
+        row = option.rect
         height = max(row.height(), editor.sizeHint().height())
         editor.setGeometry(row.x(), row.center().y() - height // 2, row.width(), height)

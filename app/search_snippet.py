@@ -33,7 +33,7 @@ class SearchResultDelegate(RenameDelegate):
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         size = super().sizeHint(option, index)
         if index.data(SNIPPET_ROLE):
-            size.setHeight(size.height() + QFontMetrics(self._small(option.font)).lineSpacing() + 2)  # type: ignore[attr-defined]
+            size.setHeight(size.height() + QFontMetrics(self._small(option.font)).lineSpacing() + 2)
         return size
 
     @staticmethod
@@ -49,19 +49,19 @@ class SearchResultDelegate(RenameDelegate):
             return
         opt = QStyleOptionViewItem(option)
         self.initStyleOption(opt, index)
-        title, opt.text = opt.text, ""  # type: ignore[attr-defined]
-        widget = opt.widget  # type: ignore[attr-defined]
+        title, opt.text = opt.text, ""
+        widget = opt.widget
         style = widget.style() if widget is not None else None
         if style is None:
             return
         style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)  # background, selection
         area = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, widget)
-        fm = QFontMetrics(opt.font)  # type: ignore[attr-defined]
-        small = self._small(opt.font)  # type: ignore[attr-defined]
+        fm = QFontMetrics(opt.font)
+        small = self._small(opt.font)
         top = QRect(area.x(), area.y(), area.width(), fm.height())
         painter.save()
-        painter.setFont(opt.font)  # type: ignore[attr-defined]
-        painter.setPen(opt.palette.text().color())  # type: ignore[attr-defined]
+        painter.setFont(opt.font)
+        painter.setPen(opt.palette.text().color())
         flags = int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         painter.drawText(top, flags, fm.elidedText(title, Qt.TextElideMode.ElideRight, area.width()))
         below = QRect(area.x(), top.bottom() + 2, area.width(), area.bottom() - top.bottom() - 2)
@@ -80,7 +80,7 @@ class SearchResultDelegate(RenameDelegate):
             while len(words) > 1 and metrics[False].horizontalAdvance("…" + " ".join(words)) > room:
                 words.pop(0)  # whole words
             parts[0] = ("…" + " ".join(words), False)
-        muted = opt.palette.placeholderText().color()  # type: ignore[attr-defined]
+        muted = opt.palette.placeholderText().color()
         x, flags = rect.x(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         for text, is_match in parts:
             fm = metrics[is_match]
@@ -89,7 +89,7 @@ class SearchResultDelegate(RenameDelegate):
                 break
             shown = fm.elidedText(text, Qt.TextElideMode.ElideRight, left)
             painter.setFont(bold if is_match else font)
-            painter.setPen(opt.palette.text().color() if is_match else muted)  # type: ignore[attr-defined]
+            painter.setPen(opt.palette.text().color() if is_match else muted)
             painter.drawText(QRect(x, rect.y(), left, rect.height()), flags, shown)
             x += fm.horizontalAdvance(shown)
             if shown != text:

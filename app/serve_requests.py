@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -70,12 +71,12 @@ class RequestsView(QDialog):
         self._timer.timeout.connect(self.refresh)
         self.refresh()
 
-    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         self.refresh()
         self._timer.start()
 
-    def hideEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+    def hideEvent(self, event: QHideEvent) -> None:
         self._timer.stop()
         super().hideEvent(event)
 
@@ -95,4 +96,4 @@ class RequestsView(QDialog):
 
     def row(self, i: int) -> list[str]:
         """Row i's texts (0: the newest)."""
-        return [self.table.item(i, c).text() for c in range(self.table.columnCount())]
+        return [self.table.item(i, c).text() for c in range(self.table.columnCount())]  # type: ignore[union-attr]  # every cell is set

@@ -50,5 +50,5 @@ class ShortcutsHelp(QDialog):
         rows = []
         for i in range(self.tree.topLevelItemCount()):
             head = self.tree.topLevelItem(i)
-            rows += [(head.child(j).text(0), head.child(j).text(1)) for j in range(head.childCount())]
+            rows += [(head.child(j).text(0), head.child(j).text(1)) for j in range(head.childCount())]  # type: ignore[union-attr]  # i, j < the counts
         return rows

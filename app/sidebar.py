@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -79,7 +79,7 @@ class ConversationSidebar(QWidget):
 
     def add_place(self, widget: QWidget) -> None:
         """A button to one of the app's places (Models, Settings, About), under the conversations."""
-        self.layout().addWidget(widget)
+        self.layout().addWidget(widget)  # type: ignore[union-attr]  # the sidebar's own, set in __init__
 
     def focus_search(self) -> None:
         self.search.setFocus()
@@ -122,7 +122,7 @@ class ConversationSidebar(QWidget):
                 self.list.setCurrentRow(i)
                 return
 
-    def keyPressEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+    def keyPressEvent(self, event: QKeyEvent) -> None:
         item = self.list.currentItem()
         if item and event.key() == Qt.Key.Key_Delete:
             self.delete(item.data(Qt.ItemDataRole.UserRole))
@@ -219,7 +219,7 @@ class ConversationSidebar(QWidget):
         if not self._filling:
             self.store.rename(item.data(Qt.ItemDataRole.UserRole), item.text())
 
-    def _menu(self, pos) -> None:  # type: ignore[no-untyped-def]
+    def _menu(self, pos: QPoint) -> None:
         item = self.list.itemAt(pos)
         if item is None:
             return

@@ -6,7 +6,7 @@ the engine's, timed on its clock: events that reach a busy window in a burst cha
 from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen, QPolygonF
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from engine import protocol as p
@@ -24,7 +24,7 @@ class Sparkline(QWidget):
         self.values = values[-120:]
         self.update()
 
-    def paintEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+    def paintEvent(self, event: QPaintEvent) -> None:
         if len(self.values) < 2:
             return
         painter = QPainter(self)

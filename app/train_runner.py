@@ -62,12 +62,12 @@ class TrainRunner(QObject):
 
     def _read(self) -> None:
         assert self.proc is not None
-        text = bytes(self.proc.readAllStandardOutput()).decode(errors="replace")
+        text = bytes(self.proc.readAllStandardOutput().data()).decode(errors="replace")
         lines = [seg.strip() for seg in text.replace("\r", "\n").split("\n") if seg.strip()]
         if lines:
             self.progress.emit(lines[-1][-160:])
 
-    def _done(self, code: int, _status) -> None:  # type: ignore[no-untyped-def]
+    def _done(self, code: int, _status: QProcess.ExitStatus) -> None:
         if code != 0:
             self.steps = []
             self.finished.emit(False, f"training stopped (exit code {code}); see the progress line above")

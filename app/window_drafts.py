@@ -5,23 +5,19 @@ the Qt-free engine/chats/drafts.py's, in a file beside the conversation store.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QTextCursor
 
+from app.window_parts import WindowParts
 from engine.chats.drafts import NEW_CHAT, Drafts, drafts_path
-
-if TYPE_CHECKING:
-    from app.main_window import MainWindow
 
 SAVE_AFTER_MS = 400  # typing pauses this long before the draft is written (a switch or quit writes at once)
 
 
-class WindowDrafts:
+class WindowDrafts(WindowParts):
     """MainWindow's drafts (a mixin: it works on the window's message box, chat and store)."""
 
-    def _init_drafts(self: MainWindow) -> None:
+    def _init_drafts(self) -> None:
         self.drafts = Drafts.load(drafts_path(self.store.path))
         self.drafts.keep_only(c.id for c in self.store.list())  # chats deleted since are gone with theirs
         self._draft_key = NEW_CHAT  # the chat whose draft the message box holds
@@ -31,7 +27,7 @@ class WindowDrafts:
         self._draft_timer.timeout.connect(self.save_drafts)
         self.input.textChanged.connect(self._on_typed)
 
-    def reopen_last_chat(self: MainWindow) -> None:
+    def reopen_last_chat(self) -> None:
         """At start: the chat open at the last quit (if it is still there), with its draft."""
         last = self.drafts.current
         if last != NEW_CHAT:
@@ -42,7 +38,7 @@ class WindowDrafts:
             self.notices.append(self.drafts.problem)
             self._render()
 
-    def _on_typed(self: MainWindow) -> None:
+    def _on_typed(self) -> None:
         if self._switching:
             return
         if self.chat.editing is not None:  # the box holds a question being edited: the draft waits
@@ -56,18 +52,18 @@ class WindowDrafts:
         if self.drafts.set(self._draft_key, self.input.toPlainText()):
             self._draft_timer.start()
 
-    def _leave_chat(self: MainWindow) -> None:
+    def _leave_chat(self) -> None:
         """Before the panel changes the chat: the box already is the chat's draft, and the panel
         emptying it on the way out is not the user's doing."""
         self._switching = True
 
-    def _entered_chat(self: MainWindow, changed: bool) -> None:
+    def _entered_chat(self, changed: bool) -> None:
         """After the panel changed the chat (or refused to): the box shows that chat's draft."""
         self._switching = False
         if changed:
             self._show_draft()
 
-    def _show_draft(self: MainWindow) -> None:
+    def _show_draft(self) -> None:
         self._draft_key = self.conv_id or NEW_CHAT
         self.drafts.current = self._draft_key
         self._box_is_edit = False
@@ -79,19 +75,19 @@ class WindowDrafts:
             self.input.moveCursor(QTextCursor.MoveOperation.End)  # typing goes on where it stopped
         self.save_drafts()
 
-    def _draft_sent(self: MainWindow, new_chat: bool) -> None:
+    def _draft_sent(self, new_chat: bool) -> None:
         """A question went out (emptying the box dropped its draft): a new chat's draft is its id's now."""
         if new_chat:
             self._draft_key = self.drafts.current = self.conv_id or NEW_CHAT
         self.save_drafts()
 
-    def draft_back(self: MainWindow) -> None:
+    def draft_back(self) -> None:
         """An edit ended (sent, cancelled, or its version paged away): the draft written before it is back in the box."""
         self._box_is_edit = self._box_is_edit and self.chat.editing is not None
         if self.chat.editing is None and not self.input.toPlainText() and self.drafts.get(self._draft_key):
             self._show_draft()
 
-    def save_drafts(self: MainWindow) -> None:
+    def save_drafts(self) -> None:
         self._draft_timer.stop()
         try:
             self.drafts.save()

@@ -6,7 +6,6 @@ what their answers do to the window. A part of MainWindow (app/main_window.py), 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QMessageBox
 
@@ -18,31 +17,29 @@ from app.my_models import MyModels, open_my_models
 from app.settings_dialog import SettingsDialog
 from app.shortcuts_help import ShortcutsHelp
 from app.train_runner import TrainRunner
+from app.window_parts import WindowParts
 from engine.about import about_text
 from engine.settings import save_settings
-
-if TYPE_CHECKING:
-    from app.main_window import MainWindow
 
 ABOUT = "Local chat with SpecEE early exit and EAGLE drafting."
 
 
-class WindowPlaces:
-    """MainWindow's dialogs (a mixin: it works on the window's own widgets and state)."""
+class WindowPlaces(WindowParts):
+    """MainWindow's dialogs (a mixin: it works on the window's own widgets and state, as WindowParts declares them)."""
 
-    def open_endpoint_dialog(self: MainWindow) -> EndpointDialog:
+    def open_endpoint_dialog(self) -> EndpointDialog:
         dialog = EndpointDialog(self.choice.endpoints, self)
         dialog.saved.connect(self._on_endpoint_saved)
         dialog.removed.connect(self.choice.endpoint_removed)
         dialog.show()
         return dialog
 
-    def _on_endpoint_saved(self: MainWindow, name: str, models: list[str], why: str) -> None:
+    def _on_endpoint_saved(self, name: str, models: list[str], why: str) -> None:
         self.choice.endpoint_saved(name, models)
         if why:
             self.status.say(f"The API key for {name} is kept for this session only: {why}", error=True)
 
-    def _make_menu_bar(self: MainWindow) -> MenuBar:
+    def _make_menu_bar(self) -> MenuBar:
         """Every menu entry is a slot the window's buttons, switches or keys already use."""
         menu = MenuBar(
             {
@@ -65,7 +62,7 @@ class WindowPlaces:
         menu.menus["Server"].aboutToShow.connect(server_state)
         return menu
 
-    def open_shortcuts_help(self: MainWindow) -> ShortcutsHelp:
+    def open_shortcuts_help(self) -> ShortcutsHelp:
         if self.shortcuts_help is None:  # one, raised again when asked again
             self.shortcuts_help = ShortcutsHelp(self)
         self.shortcuts_help.show()
@@ -73,12 +70,12 @@ class WindowPlaces:
         self.shortcuts_help.activateWindow()
         return self.shortcuts_help
 
-    def open_model_switcher(self: MainWindow) -> None:
+    def open_model_switcher(self) -> None:
         """The header's model switcher, opened (Ctrl+L): arrows and Enter pick a model."""
         self.model_switch.setFocus()
         self.model_switch.showPopup()
 
-    def toggle_serving(self: MainWindow) -> None:
+    def toggle_serving(self) -> None:
         """The Serve API switch, as if clicked; when it cannot be switched now, why."""
         toggle = self.serve_switch.toggle
         if toggle.isEnabled():
@@ -86,10 +83,10 @@ class WindowPlaces:
         else:  # a remote engine answers the chat, or the server is starting
             self.status.say(toggle.toolTip() if self.serve_switch.blocked else "The API server is starting…")
 
-    def _about(self: MainWindow) -> None:
+    def _about(self) -> None:
         QMessageBox.about(self, "About SpecEE Chat", about_text(self.native_info) + "\n\n" + ABOUT)
 
-    def repair_default_model(self: MainWindow) -> None:
+    def repair_default_model(self) -> None:
         """The default model's file is damaged: fetch it again (verified), then load it."""
         self.repair_button.setVisible(False)
         resolver = ModelResolver(self)
@@ -98,17 +95,17 @@ class WindowPlaces:
         resolver.failed.connect(lambda msg: self._show_error("model_file", msg))
         resolver.run(repair=True)
 
-    def open_model_manager(self: MainWindow) -> ModelManager:
+    def open_model_manager(self) -> ModelManager:
         dialog = ModelManager(self)
         dialog.use_model.connect(self.switch_model)
         dialog.finished.connect(lambda _r: self.refresh_models())
         dialog.show()
         return dialog
 
-    def open_my_models(self: MainWindow, select: str = "") -> MyModels:
+    def open_my_models(self, select: str = "") -> MyModels:
         return open_my_models(self, select)
 
-    def open_settings(self: MainWindow) -> SettingsDialog:
+    def open_settings(self) -> SettingsDialog:
         local = self.choice.is_remote  # the settings are the local model's
         loaded, decided = (self.choice.local_loaded, self.choice.local_decided) if local else (self.loaded, self.decided)
         dialog = SettingsDialog(self.settings, loaded, decided, self)
@@ -131,13 +128,13 @@ class WindowPlaces:
         dialog.show()
         return dialog
 
-    def _save_settings(self: MainWindow) -> None:
+    def _save_settings(self) -> None:
         try:
             save_settings(self.settings)
         except OSError as exc:  # a full or read-only disk: the choice holds for this session
             self.statusBar().showMessage(f"Settings could not be saved: {exc}", 8000)
 
-    def train_acceleration(self: MainWindow) -> None:
+    def train_acceleration(self) -> None:
         """Models without shipped weights run vanilla; this trains theirs in the background."""
         if self.trainer is not None or not self.model_path:
             return

@@ -15,7 +15,9 @@ from engine.remote.engine_choice import ChoiceEvent, EngineChoice
 
 
 class WorkerBridge(QObject):
-    event = Signal(object)  # an engine.protocol message of the engine in use, on the GUI thread
+    # an engine.protocol message of the engine in use, on the GUI thread (the name hides QObject.event,
+    # a virtual that Qt still calls in C++: PySide overrides it only with a Python method)
+    event = Signal(object)  # type: ignore[assignment]
     changed = Signal(object)  # an engine_choice event (Switched, Loading, ListChanged, ...)
     _posted = Signal(object)  # a callable from any thread, run on the GUI thread
 

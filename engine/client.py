@@ -317,7 +317,8 @@ class WorkerClient(EngineClient):
         measure_reference: bool = True,
         n_parallel: int = 1,
     ) -> p.Loaded:
-        load = p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill, exits,
+        # a known string becomes a Mode in Load, and validate() refuses another with a clear message
+        load = p.Load(str(model_path), placement or p.Placement(), mode, n_draft, exit_check_every, exit_fill, exits,  # type: ignore[arg-type]
                       drafter, draft_model, keep_kv, measure_reference=measure_reference, n_parallel=n_parallel)  # fmt: skip
         return self.load_intent(load, timeout)
 

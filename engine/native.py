@@ -48,7 +48,7 @@ def require_patched() -> dict[str, Any]:
     return info
 
 
-def _bind(handle: ctypes.CDLL, sigs: dict[str, tuple[list, Any]]) -> ctypes.CDLL:
+def _bind(handle: ctypes.CDLL, sigs: dict[str, tuple[list[Any], Any]]) -> ctypes.CDLL:
     for name, (args, res) in sigs.items():
         fn = getattr(handle, name)
         fn.argtypes, fn.restype = args, res
@@ -69,7 +69,7 @@ def lib() -> ctypes.CDLL:
     assert "layer-capture" in info["features"]
     vp, i32, f32p = ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_float)
     assert "early-exit" in info["features"]
-    sigs = {
+    sigs: dict[str, tuple[list[Any], Any]] = {
         "specee_last_error": ([], ctypes.c_char_p),
         "specee_ee_init": ([vp, vp, i32, i32], vp),
         "specee_ee_set_threads": ([vp, i32], None),
@@ -106,7 +106,7 @@ def interrupt_hooks() -> tuple[Callable[[int, int | None, int | None], None], in
     handle.specee_interrupt_quiet_log.argtypes, handle.specee_interrupt_quiet_log.restype = [], None
     handle.specee_interrupt_quiet_log()  # a stopped step's routine warnings stay out of the log
     vp = ctypes.c_void_p
-    setter = ctypes.CFUNCTYPE(None, vp, vp, vp)(ctypes.cast(handle.llama_set_abort_callback, vp).value)
+    setter = ctypes.CFUNCTYPE(None, vp, vp, vp)(ctypes.cast(handle.llama_set_abort_callback, vp).value)  # type: ignore[arg-type]  # a bound symbol is never NULL
     return setter, ctypes.cast(handle.specee_interrupt_requested, vp).value  # type: ignore[return-value]
 
 
@@ -189,7 +189,7 @@ def spec_lib() -> ctypes.CDLL:
         raise NativeBuildError(f"the drafters library is missing from {folder}; rebuild with native/build.py")
     handle = ctypes.CDLL(str(found[0]))
     vp, i32 = ctypes.c_void_p, ctypes.c_int32
-    sigs = {
+    sigs: dict[str, tuple[list[Any], Any]] = {
         "specee_drafter_init": ([vp, ctypes.c_char_p, vp, i32, i32], vp),
         "specee_drafter_free": ([vp], None),
         "specee_drafter_set_threads": ([vp, i32], None),
@@ -216,7 +216,7 @@ def chat_lib() -> ctypes.CDLL:
     if not hasattr(handle, "specee_chat_apply"):
         raise NativeBuildError("the native build predates tool calls (specee_chat_*); rebuild it with native/build.py")
     vp, text = ctypes.c_void_p, ctypes.c_char_p
-    sigs = {
+    sigs: dict[str, tuple[list[Any], Any]] = {
         "specee_chat_init": ([text], vp),
         "specee_chat_free": ([vp], None),
         "specee_chat_last_error": ([], text),
@@ -245,7 +245,7 @@ def cpu_lib() -> ctypes.CDLL | None:
     handle = ctypes.CDLL(str(found[0]))
     if not hasattr(handle, "specee_multicol_set"):
         return None
-    sigs = {
+    sigs: dict[str, tuple[list[Any], Any]] = {
         "specee_multicol_set": ([ctypes.c_bool], None),
         "specee_multicol_available": ([], ctypes.c_bool),
         "specee_multicol_rows": ([], ctypes.c_int64),

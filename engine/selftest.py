@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import cast
 
 from engine import __version__
 from engine import protocol as p
@@ -38,7 +39,8 @@ def run(n_tokens: int = 8) -> int:
             for mode in modes:
                 loaded = client.load(model, p.Placement(n_ctx=1024), mode=mode)
                 t = time.perf_counter()
-                done = list(client.stream([{"role": "user", "content": "Say hello."}], p.Sampling.greedy(n_tokens)))[-1]
+                events = list(client.stream([{"role": "user", "content": "Say hello."}], p.Sampling.greedy(n_tokens)))
+                done = cast(p.Done, events[-1])  # a stream ends with its Done
                 report.setdefault("start_to_first_answer_s", round(time.perf_counter() - t0, 2))
                 report["modes"][mode] = {"loaded": loaded.mode, "tokens": done.n_generated, "text": done.text,
                                          "seconds": round(time.perf_counter() - t, 2)}  # fmt: skip

@@ -166,7 +166,7 @@ def device_cases(cases: Sequence[T], backend: str, keep: int) -> list[T]:
     return list(cases[:keep] if backend == "gpu" and ON_LAVAPIPE else cases)
 
 
-def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-untyped-def]
+def placement_for_backend(backend: str, n_ctx: int = 2048):
     """The worker tests' placement: on lavapipe the first layers on the device and the output head
     on the CPU (the planner's GPU split; with the last layers there the 49k-row head runs on
     lavapipe too and a draft-gpu case outgrew its 300 s limit); on a real GPU all layers."""
@@ -176,7 +176,7 @@ def placement_for_backend(backend: str, n_ctx: int = 2048):  # type: ignore[no-u
 
 
 @pytest.fixture
-def store(tmp_path: Path):  # type: ignore[no-untyped-def]
+def store(tmp_path: Path):
     """A conversation store of the test's own."""
     from engine.chats.store import ConversationStore
 
@@ -190,7 +190,7 @@ def answer_tokens() -> int:
 
 
 @pytest.fixture
-def window(qtbot, model_path: Path, store, answer_tokens: int):  # type: ignore[no-untyped-def]
+def window(qtbot, model_path: Path, store, answer_tokens: int):
     """The real window and worker over the test's own store (test_app.py has a plainer one)."""
     from engine import protocol as p
 
@@ -199,7 +199,7 @@ def window(qtbot, model_path: Path, store, answer_tokens: int):  # type: ignore[
 
 
 @contextmanager
-def loaded_window(qtbot, **kwargs: Any) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+def loaded_window(qtbot, **kwargs: Any) -> Iterator[Any]:
     """The real window (MainWindow(**kwargs)), shown, its engine started and its model loaded; closed after."""
     from app.main_window import MainWindow
 

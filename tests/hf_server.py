@@ -32,10 +32,10 @@ class HubServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+            def log_message(self, *args) -> None:
                 pass
 
-            def _json(self, obj, status: int = 200) -> None:  # type: ignore[no-untyped-def]
+            def _json(self, obj, status: int = 200) -> None:
                 body = json.dumps(obj).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -145,6 +145,6 @@ class HubServer:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+    def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()

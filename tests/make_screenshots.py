@@ -132,7 +132,7 @@ def main() -> int:
         d.run_search()
         grabbed = {"done": False}
 
-        def on_progress(pr) -> None:  # type: ignore[no-untyped-def]
+        def on_progress(pr) -> None:
             if not grabbed["done"] and pr.done > 0.4 * pr.total:
                 grabbed["done"] = True
                 d.grab().save(str(out / "model-manager-downloading.png"))
@@ -149,7 +149,7 @@ def main() -> int:
             d.start_download()
             QTimer.singleShot(200, lambda: done(d, hub))
 
-        def done(d, hub) -> None:  # type: ignore[no-untyped-def]
+        def done(d, hub) -> None:
             if not grabbed["done"]:
                 QTimer.singleShot(100, lambda: done(d, hub))
                 return
@@ -192,7 +192,7 @@ def message_versions(out: Path) -> int:
     w.show()
     w.start_engine()
 
-    def when(ready, then) -> None:  # type: ignore[no-untyped-def]
+    def when(ready, then) -> None:
         QTimer.singleShot(100, lambda: then() if ready() else when(ready, then))
 
     idle = lambda: w.model_loaded and not w.request_id  # noqa: E731
@@ -256,7 +256,7 @@ def chat_with_files(out: Path) -> int:
     w.show()
     w.start_engine()
 
-    def when(ready, then) -> None:  # type: ignore[no-untyped-def]
+    def when(ready, then) -> None:
         QTimer.singleShot(100, lambda: then() if ready() else when(ready, then))
 
     def ask() -> None:
@@ -355,7 +355,7 @@ def remote_switcher(out: Path) -> int:
     return 0
 
 
-def grab_with_switcher_open(app, w, path: Path) -> None:  # type: ignore[no-untyped-def]
+def grab_with_switcher_open(app, w, path: Path) -> None:
     """The window with its model switcher open: the popup is its own window, painted where it opens."""
     from PySide6.QtCore import QPoint
     from PySide6.QtGui import QPainter

@@ -22,7 +22,7 @@ FILLER = "Here is one more paragraph of the notes we keep going over, about ligh
 PASTE = "Another page from the garden diary: what was sown, what came up, and what the frost took this week. "
 
 
-def _wait(app, until: Callable[[], bool], timeout: float = 600.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(app, until: Callable[[], bool], timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     while not until():
         if time.monotonic() > deadline:
@@ -31,7 +31,7 @@ def _wait(app, until: Callable[[], bool], timeout: float = 600.0) -> None:  # ty
         time.sleep(0.002)
 
 
-def _pause(app, seconds: float) -> None:  # type: ignore[no-untyped-def]
+def _pause(app, seconds: float) -> None:
     end = time.monotonic() + seconds
     _wait(app, lambda: time.monotonic() >= end)
 

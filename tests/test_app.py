@@ -20,22 +20,22 @@ from tests.conftest import loaded_window
 
 
 @pytest.fixture
-def window(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+def window(qtbot, model_path: Path, store: ConversationStore):
     # the test's own store: on the shared one the window would reopen the chat the last test left open
     with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(32), store=store) as win:
         yield win
 
 
-def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]
+def ask(qtbot, win: MainWindow, text: str) -> None:
     win.input.setPlainText(text)
     qtbot.keyClick(win.input, Qt.Key.Key_Return)
 
 
-def test_window_streams_the_answer_from_the_worker(qtbot, window: MainWindow, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_window_streams_the_answer_from_the_worker(qtbot, window: MainWindow, model_path: Path) -> None:
     question = "What is the capital of France? Answer in one sentence."
     with WorkerClient() as direct:
         direct.load(model_path, p.Placement())
-        expected = list(direct.stream([{"role": "user", "content": question}], p.Sampling.greedy(32)))[-1].text
+        expected = list(direct.stream([{"role": "user", "content": question}], p.Sampling.greedy(32)))[-1].text  # type: ignore[attr-defined]
     seen_partial: list[str] = []
     window.bridge.event.connect(lambda m: isinstance(m, p.Token) and seen_partial.append(window.answer))
     ask(qtbot, window, question)
@@ -51,20 +51,20 @@ def test_window_streams_the_answer_from_the_worker(qtbot, window: MainWindow, mo
     assert window.input.toPlainText() == ""
 
 
-def test_shift_enter_inserts_a_newline_instead_of_sending(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_shift_enter_inserts_a_newline_instead_of_sending(qtbot, window: MainWindow) -> None:
     window.input.setPlainText("line one")
     qtbot.keyClick(window.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
     assert not window.request_id
     assert "\n" in window.input.toPlainText()
 
 
-def test_killed_worker_keeps_the_partial_answer_and_continues_after_restart(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_killed_worker_keeps_the_partial_answer_and_continues_after_restart(qtbot, window: MainWindow) -> None:
     """kill -9 mid-answer used to discard what had streamed and move the question back into the
     input box, and the error stayed in the transcript after the restart."""
     window.sampling = p.Sampling.greedy(400)
     ask(qtbot, window, "Tell me a long story about a dragon.")
     qtbot.waitUntil(lambda: len(window.answer) > 20, timeout=60_000)
-    os.kill(window.bridge.client.pid, signal.SIGKILL)
+    os.kill(window.bridge.client.pid, signal.SIGKILL)  # type: ignore[attr-defined]
     qtbot.waitUntil(lambda: window.restart_button.isVisible(), timeout=30_000)
     partial = window.messages[-1]["content"]
     text = window.transcript()
@@ -84,11 +84,11 @@ def test_killed_worker_keeps_the_partial_answer_and_continues_after_restart(qtbo
     assert window.store.get(window.conv_id).messages[-1].complete
 
 
-def test_a_worker_dying_before_any_answer_puts_the_question_back(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_dying_before_any_answer_puts_the_question_back(qtbot, window: MainWindow) -> None:
     window.sampling = p.Sampling.greedy(400)
     window.input.setPlainText("Tell me about dragons.")
     window.send_message()
-    os.kill(window.bridge.client.pid, signal.SIGKILL)
+    os.kill(window.bridge.client.pid, signal.SIGKILL)  # type: ignore[attr-defined]
     qtbot.waitUntil(lambda: window.restart_button.isVisible(), timeout=30_000)
     if not window.messages:  # nothing had streamed: nothing typed is lost, nothing is sent twice
         assert window.input.toPlainText() == "Tell me about dragons."
@@ -142,7 +142,7 @@ def test_app_exits_cleanly_after_streaming(model_path: Path, tmp_path: Path) -> 
     assert "ANSWER:" in result.stdout and len(result.stdout.split("ANSWER:")[1].strip()) > 5
 
 
-def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: Path, tmp_path: Path) -> None:
     """Focus starts in the message box (it started on "New chat", where Space clicked it); Tab
     moves on instead of typing a tab; the focused control has a visible ring."""
     from PySide6.QtWidgets import QApplication
@@ -163,7 +163,7 @@ def test_keys_typed_right_after_launch_reach_the_message_box(qtbot, model_path: 
     win.close()
 
 
-def test_status_context_and_actions_never_go_stale(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_status_context_and_actions_never_go_stale(qtbot, window: MainWindow) -> None:
     """An error's status went on showing after later answers succeeded; a new chat showed the
     previous chat's context count; Regenerate and Edit last were enabled in an empty chat."""
     assert not window.regen_button.isEnabled() and not window.edit_button.isEnabled()  # empty chat
@@ -181,7 +181,7 @@ def test_status_context_and_actions_never_go_stale(qtbot, window: MainWindow) ->
     assert not window.regen_button.isEnabled() and not window.edit_button.isEnabled()
 
 
-def test_clicking_another_chat_while_streaming_keeps_the_selection_honest(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_clicking_another_chat_while_streaming_keeps_the_selection_honest(qtbot, window: MainWindow) -> None:
     """The clicked chat was highlighted without opening, and clicking it later did nothing."""
     window.sampling = p.Sampling.greedy(6)
     ask(qtbot, window, "First chat.")
@@ -200,7 +200,7 @@ def test_clicking_another_chat_while_streaming_keeps_the_selection_honest(qtbot,
     assert window.conv_id == first and window.messages[0]["content"] == "First chat."
 
 
-def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path, store: ConversationStore) -> None:
     """The view jumped to the top when an answer ended, if the reader had scrolled up."""
     win = MainWindow(model_path=model_path, store=store)
     qtbot.addWidget(win)
@@ -219,7 +219,7 @@ def test_redrawing_keeps_the_readers_scroll_position(qtbot, model_path: Path, st
     win.close()
 
 
-def test_an_answer_cut_at_the_length_limit_says_so_and_continues(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_an_answer_cut_at_the_length_limit_says_so_and_continues(qtbot, window: MainWindow) -> None:
     """Answers stopped at max_tokens mid-sentence with no word about it."""
     window.sampling = p.Sampling.greedy(12)
     ask(qtbot, window, "Write a long story about a lighthouse keeper and the sea.")
@@ -234,7 +234,7 @@ def test_an_answer_cut_at_the_length_limit_says_so_and_continues(qtbot, window: 
     assert stored[-1].content == window.answer and stored[-1].complete
 
 
-def test_every_installed_model_is_in_the_switcher_and_loads(qtbot, window: MainWindow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_every_installed_model_is_in_the_switcher_and_loads(qtbot, window: MainWindow, tmp_path: Path) -> None:
     """A model added with `specee models add` could not be picked in the app."""
     import shutil
 
@@ -253,7 +253,7 @@ def test_every_installed_model_is_in_the_switcher_and_loads(qtbot, window: MainW
     assert cli(["models", "remove", "my-own-model"]) == 0
 
 
-def test_a_damaged_default_model_offers_repair(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_default_model_offers_repair(qtbot, window: MainWindow) -> None:
     from engine.models.default_model import default_model_path
 
     window.model_path = str(default_model_path())
@@ -261,7 +261,7 @@ def test_a_damaged_default_model_offers_repair(qtbot, window: MainWindow) -> Non
     assert window.repair_button.isVisible() and "cannot be used" in window.transcript()
 
 
-def test_about_shows_the_workers_native_build(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_about_shows_the_workers_native_build(qtbot, window: MainWindow) -> None:
     """The window never loads llama.cpp itself (tests/test_contracts.py); About shows the build the
     worker reported when it started."""
     from engine.about import about_text
@@ -270,7 +270,7 @@ def test_about_shows_the_workers_native_build(qtbot, window: MainWindow) -> None
     assert window.native_info["build_key"] in about_text(window.native_info)
 
 
-def test_a_second_launch_brings_the_running_window_forward_and_exits(qtbot) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_launch_brings_the_running_window_forward_and_exits(qtbot) -> None:
     """A second app instance used to start silently, both writing the same conversations."""
     from app.main import main
     from app.single_instance import SingleInstance
@@ -293,7 +293,7 @@ CODE_ANSWER = "Here:\n\n```python\ndef is_prime(n):\n    return n > 1 and all(n 
 
 
 @pytest.fixture
-def idle_window(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
+def idle_window(qtbot, tmp_path: Path):
     """The real window with no engine started: for what it shows, not what the worker does."""
     from engine.chats.store import ConversationStore
 
@@ -306,7 +306,7 @@ def idle_window(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
     win.close()
 
 
-def test_code_blocks_have_a_copy_button_that_copies_exactly_the_code(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_code_blocks_have_a_copy_button_that_copies_exactly_the_code(qtbot, idle_window: MainWindow) -> None:
     from PySide6.QtWidgets import QApplication
 
     idle_window.messages = [{"role": "user", "content": "prime?"}, {"role": "assistant", "content": CODE_ANSWER}]
@@ -322,14 +322,14 @@ def test_code_blocks_have_a_copy_button_that_copies_exactly_the_code(qtbot, idle
     assert "Here:" in idle_window.transcript() and "Done." in idle_window.transcript()
 
 
-def test_cards_show_who_said_what_and_stream_in_place(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_cards_show_who_said_what_and_stream_in_place(qtbot, idle_window: MainWindow) -> None:
     idle_window.messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]
     idle_window._render()
     cards = idle_window.view.cards
     assert [c.objectName() for c in cards] == ["card_user", "card_assistant"]
     assert [c.role_label.text() for c in cards] == ["You", "Assistant"]
 
-    def fill(card) -> QColor:  # type: ignore[no-untyped-def]
+    def fill(card) -> QColor:
         return card.grab().toImage().pixelColor(card.width() // 2, 3)
 
     assert fill(cards[0]) != fill(cards[1])  # the roles look different, not only read different
@@ -338,11 +338,11 @@ def test_cards_show_who_said_what_and_stream_in_place(qtbot, idle_window: MainWi
     idle_window._render()
     # the streamed answer updates its own card in place: same cards, same text widget, new text
     assert idle_window.view.cards == cards and cards[1].widgets[0] is text_label
-    assert "longer streamed answer" in text_label.text()
+    assert "longer streamed answer" in text_label.text()  # type: ignore[attr-defined]
     assert cards[0].width() <= 820 + 1  # a comfortable reading width, also in a wide window
 
 
-def test_switching_between_light_and_dark(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_switching_between_light_and_dark(qtbot, idle_window: MainWindow) -> None:
     from app import theme
 
     idle_window.messages = [{"role": "assistant", "content": CODE_ANSWER}]
@@ -361,7 +361,7 @@ def test_switching_between_light_and_dark(qtbot, idle_window: MainWindow) -> Non
 
 def test_the_theme_chosen_in_settings_applies_at_once_and_is_read_back(
     qtbot, isolated_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from app import theme
     from engine.chats.store import ConversationStore
     from engine.settings import load_settings
@@ -397,7 +397,7 @@ def test_the_theme_chosen_in_settings_applies_at_once_and_is_read_back(
         win.close()
 
 
-def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_header_and_settings_explain_what_the_engine_runs(qtbot, idle_window: MainWindow) -> None:
     from PySide6.QtWidgets import QLabel
 
     loaded = p.Loaded(
@@ -441,7 +441,7 @@ def test_predicted_speeds_are_told_apart_from_measured_ones() -> None:
     assert measured == "Speeds: vanilla 12.0 tok/s measured here, specee 2.2 tok/s measured here (0.18x)."
 
 
-def test_settings_show_the_saved_conversations_and_clear_them(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_settings_show_the_saved_conversations_and_clear_them(qtbot, idle_window: MainWindow) -> None:
     from engine import kept_caches
 
     kept_caches.clear()  # what earlier tests' workers kept
@@ -464,7 +464,7 @@ def test_settings_show_the_saved_conversations_and_clear_them(qtbot, idle_window
 
 def test_first_run_shows_a_welcome_pane_then_the_chat(
     qtbot, smollm2_wheel: Path, isolated_data: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """A real first run (no model installed yet): a welcome pane with progress and no choices, then
     the chat; the message box stays below it, so keys typed meanwhile are kept."""
     from PySide6.QtWidgets import QApplication
@@ -491,7 +491,7 @@ def test_first_run_shows_a_welcome_pane_then_the_chat(
     win.close()
 
 
-def test_errors_and_notices_get_their_own_cards(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_errors_and_notices_get_their_own_cards(qtbot, idle_window: MainWindow) -> None:
     """An error reads as an error (its own outlined card, title in bold, no stray Markdown marks)."""
     idle_window.messages = [{"role": "user", "content": "Hi"}]
     idle_window.on_event(p.Error(kind="bad_request", message="The request was not understood."))
@@ -511,7 +511,7 @@ def test_the_header_reads_the_workers_flags_never_its_reason_text() -> None:
     from engine.models.acceleration import installed_weights
     from engine.models.registry import ModelRecord
 
-    flags = p.Acceleration(architecture_supported=True, eagle_head=True, modes=["vanilla", "ngram", "eagle"])
+    flags = p.Acceleration(architecture_supported=True, eagle_head=True, modes=["vanilla", "ngram", "eagle"])  # type: ignore[list-item]
     loaded = p.Loaded(mode="vanilla", mode_reason="whatever the worker says", measuring=True, acceleration=flags)
     badge, why = acceleration_state(loaded)
     assert badge == "vanilla · auto: measuring"
@@ -524,7 +524,7 @@ def test_the_header_reads_the_workers_flags_never_its_reason_text() -> None:
     assert installed_weights(missing) == "training-free modes"  # looked up by hash: the absent file is never read
 
 
-def test_the_serve_switch_serves_the_windows_model_and_shows_its_address(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_serve_switch_serves_the_windows_model_and_shows_its_address(qtbot, window: MainWindow) -> None:
     """Serve API: an OpenAI-compatible server with the model the window uses, on 127.0.0.1, its
     address shown (click: copied); switched off, the server is gone."""
     import json
@@ -550,7 +550,7 @@ def test_the_serve_switch_serves_the_windows_model_and_shows_its_address(qtbot, 
     qtbot.waitUntil(lambda: not server.alive, timeout=30_000)
 
 
-def test_the_meter_shows_the_speedup_over_vanilla_and_fits_the_window(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_meter_shows_the_speedup_over_vanilla_and_fits_the_window(qtbot, idle_window: MainWindow) -> None:
     """Issue 14 item 8: the SpecEE numbers were cut at the default width and "x vanilla" never
     appeared (an explicit mode had no vanilla speed to compare with; the worker now measures one)."""
     idle_window.set_theme("light")  # the app's stylesheet and font, as at startup

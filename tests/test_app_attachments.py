@@ -21,13 +21,13 @@ def answer_tokens() -> int:
     return 16
 
 
-def test_a_pdf_goes_with_the_question_quoted_under_its_name_and_shows_as_a_chip(  # type: ignore[no-untyped-def]
+def test_a_pdf_goes_with_the_question_quoted_under_its_name_and_shows_as_a_chip(
     qtbot, window: MainWindow, store: ConversationStore, tmp_path: Path
 ) -> None:
     pdf = write_pdf(tmp_path / "recipe.pdf", ["Mix flour, water and salt.", "Bake for forty minutes at 230 C."])
     sent: list[p.Message] = []
     send = window.panel._send
-    window.panel._send = lambda msg: sent.append(msg) or send(msg)  # type: ignore[method-assign]
+    window.panel._send = lambda msg: sent.append(msg) or send(msg)
     window.panel.attach_file(str(pdf))
     bar = window.panel.files
     assert len(bar.chips) == 1 and "recipe.pdf · 2 pages" in bar.chips[0].findChildren(type(bar.message))[0].text()
@@ -48,7 +48,7 @@ def test_a_pdf_goes_with_the_question_quoted_under_its_name_and_shows_as_a_chip(
     assert stored.content == "How long does it bake?" and [a.name for a in stored.attachments] == ["recipe.pdf"]
 
 
-def test_a_file_too_big_for_the_context_says_so_before_sending_and_nothing_is_lost(  # type: ignore[no-untyped-def]
+def test_a_file_too_big_for_the_context_says_so_before_sending_and_nothing_is_lost(
     qtbot, window: MainWindow, tmp_path: Path
 ) -> None:
     big = tmp_path / "notes.txt"
@@ -64,13 +64,13 @@ def test_a_file_too_big_for_the_context_says_so_before_sending_and_nothing_is_lo
     qtbot.keyClick(window.input, Qt.Key.Key_Return)  # refused before anything is sent
     assert not window.request_id and window.messages == [] and window.input.toPlainText() == "Summarise this"
     assert len(bar.chips) == 1
-    remove = bar.chips[0].findChildren(type(bar.attach_button).__mro__[1])[0]  # its ×
+    remove = bar.chips[0].findChildren(type(bar.attach_button).__mro__[1])[0]  # type: ignore[var-annotated]  # its ×
     qtbot.mouseClick(remove, Qt.MouseButton.LeftButton)
     assert bar.chips == [] and window.chat.attachments == [] and not bar.message.isVisible()
     assert window.send_button.isEnabled()
 
 
-def test_binary_and_unreadable_files_say_why_and_change_nothing(qtbot, window: MainWindow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_binary_and_unreadable_files_say_why_and_change_nothing(qtbot, window: MainWindow, tmp_path: Path) -> None:
     (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(500))
     window.input.setPlainText("my draft")
     window.panel.attach_file(str(tmp_path / "photo.jpg"))
@@ -81,7 +81,7 @@ def test_binary_and_unreadable_files_say_why_and_change_nothing(qtbot, window: M
     assert bar.chips == [] and window.input.toPlainText() == "my draft" and window.messages == []
 
 
-def test_files_dropped_on_the_chat_are_attached(qtbot, window: MainWindow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_files_dropped_on_the_chat_are_attached(qtbot, window: MainWindow, tmp_path: Path) -> None:
     from PySide6.QtCore import QMimeData, QPointF, QUrl
     from PySide6.QtGui import QDropEvent
 

@@ -24,7 +24,7 @@ LEFT = Qt.MouseButton.LeftButton
 
 
 @pytest.fixture
-def win(qtbot, model_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+def win(qtbot, model_path: Path, store: ConversationStore):
     """The real window and worker at its default size, active (keys and focus need it)."""
     with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(400), store=store) as w:
         w.resize(*MainWindow.DEFAULT_SIZE)
@@ -49,14 +49,14 @@ def footer(win: MainWindow) -> list[str]:
     return win.view.cards[len(win.messages) - 1].footer_lines
 
 
-def press(qtbot, button) -> None:  # type: ignore[no-untyped-def]
+def press(qtbot, button) -> None:
     """A keyboard user's press: the button has the focus, Space clicks it."""
     button.setFocus()
     assert QApplication.focusWidget() is button
     qtbot.keyClick(button, Qt.Key.Key_Space)
 
 
-def test_a_live_answer_says_it_is_written_and_stop_keeps_focus_and_place(qtbot, win: MainWindow, store) -> None:  # type: ignore[no-untyped-def]
+def test_a_live_answer_says_it_is_written_and_stop_keeps_focus_and_place(qtbot, win: MainWindow, store) -> None:
     """Items 1, 3 and 5: '[interrupted: Continue or Regenerate]' showed under the answer for its whole
     stream; after Stop the focus went to the first card's Copy and the chat scrolled to the top;
     after Continue the footer kept the token count of the part before."""
@@ -90,18 +90,18 @@ def test_a_live_answer_says_it_is_written_and_stop_keeps_focus_and_place(qtbot, 
     qtbot.mouseClick(win.continue_button, LEFT)
     assert "[writing…]" in footer(win)
     qtbot.waitUntil(lambda: not win.request_id, timeout=60_000)
-    total = int(re.search(r"(\d+) tokens", footer(win)[0]).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) tokens", footer(win)[0]).group(1))
     assert total == before + 8, footer(win)  # the whole answer: the part before and the 8 tokens Continue wrote
     assert store.get(win.conv_id).messages[-1].stats["n_generated"] == total  # as reopened later
 
 
-def test_after_a_crash_regenerate_restarts_the_engine_and_restart_keeps_the_focus_home(qtbot, win: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_after_a_crash_regenerate_restarts_the_engine_and_restart_keeps_the_focus_home(qtbot, win: MainWindow) -> None:
     """Items 1, 3 and 5: the interrupted answer offers Regenerate, which was greyed; after Restart
     engine the focus landed on Serve API, where Space would start the server."""
     win.input.setPlainText("Tell me a long story about a dragon.")
     qtbot.keyClick(win.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(win.answer) > 20, timeout=60_000)
-    os.kill(win.bridge.client.pid, signal.SIGKILL)
+    os.kill(win.bridge.client.pid, signal.SIGKILL)  # type: ignore[attr-defined]
     qtbot.waitUntil(lambda: win.restart_button.isVisible(), timeout=30_000)
     assert "[interrupted: Continue or Regenerate]" in footer(win) and "[writing…]" not in footer(win)
     first_id = win.messages[-1]["id"]
@@ -111,14 +111,14 @@ def test_after_a_crash_regenerate_restarts_the_engine_and_restart_keeps_the_focu
     qtbot.waitUntil(lambda: win.model_loaded, timeout=90_000)
     qtbot.waitUntil(lambda: not win.request_id and win.messages[-1]["id"] != first_id, timeout=60_000)
     assert win.messages[-1]["content"] and win.messages[-1]["finish"] == "length"
-    assert win.view.cards[len(win.messages) - 1].actions.version_label.text() == "2/2"  # type: ignore[union-attr]
+    assert win.view.cards[len(win.messages) - 1].message_actions.version_label.text() == "2/2"
     assert "[interrupted" not in win.transcript()
 
     win.sampling = p.Sampling.greedy(400)
     win.input.setPlainText("Tell me another long story.")
     qtbot.keyClick(win.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(win.answer) > 20, timeout=60_000)
-    os.kill(win.bridge.client.pid, signal.SIGKILL)
+    os.kill(win.bridge.client.pid, signal.SIGKILL)  # type: ignore[attr-defined]
     qtbot.waitUntil(lambda: win.restart_button.isVisible(), timeout=30_000)
     press(qtbot, win.restart_button)
     assert not win.restart_button.isVisible()
@@ -128,7 +128,7 @@ def test_after_a_crash_regenerate_restarts_the_engine_and_restart_keeps_the_focu
 
 
 @pytest.fixture
-def idle(qtbot, tmp_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+def idle(qtbot, tmp_path: Path, store: ConversationStore):
     """The real window with no engine (what it shows of stored chats), at its default size, active."""
     w = MainWindow(model_path=tmp_path / "none.gguf", store=store)
     qtbot.addWidget(w)
@@ -140,7 +140,7 @@ def idle(qtbot, tmp_path: Path, store: ConversationStore):  # type: ignore[no-un
     w.close()
 
 
-def test_a_search_result_shows_its_snippet_and_opens_on_the_matching_message(qtbot, idle: MainWindow, store) -> None:  # type: ignore[no-untyped-def]
+def test_a_search_result_shows_its_snippet_and_opens_on_the_matching_message(qtbot, idle: MainWindow, store) -> None:
     """Item 4: a search result was a bare title, and opening it showed the chat's end, not the match."""
     conv = store.create("Lighthouse stories", "", {})
     for i in range(8):
@@ -175,7 +175,7 @@ def test_a_search_result_shows_its_snippet_and_opens_on_the_matching_message(qtb
     assert bar.value() == bar.maximum() > 0
 
 
-def test_version_arrows_system_prompt_and_undo_label_read_and_click_well(qtbot, idle: MainWindow, store) -> None:  # type: ignore[no-untyped-def]
+def test_version_arrows_system_prompt_and_undo_label_read_and_click_well(qtbot, idle: MainWindow, store) -> None:
     """Item 5: the version arrows were 19x17 px; the system prompt showed the end of its text; the
     Undo button's label was cut at the sidebar's width."""
     idle.set_theme("light")  # the app's stylesheet, as at startup
@@ -187,7 +187,7 @@ def test_version_arrows_system_prompt_and_undo_label_read_and_click_well(qtbot, 
     idle.sidebar.refresh()
     idle.sidebar.select(conv.id)
     qtbot.wait(50)
-    pager = idle.view.cards[1].actions
+    pager = idle.view.cards[1].message_actions
     assert pager is not None and pager.version_label.text() == "2/2"
     for arrow in (pager.prev_button, pager.next_button):
         assert arrow.width() >= 24 and arrow.height() >= 24, arrow.size()  # WCAG 2.5.8's minimum target

@@ -13,13 +13,13 @@ from engine import protocol as p
 from engine.chats.store import ConversationStore
 
 
-def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]
+def ask(qtbot, win: MainWindow, text: str) -> None:
     win.input.setPlainText(text)
     qtbot.keyClick(win.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not win.request_id, timeout=120_000)
 
 
-def test_answers_are_stored_and_conversations_reopen(qtbot, window: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_answers_are_stored_and_conversations_reopen(qtbot, window: MainWindow, store: ConversationStore) -> None:
     window.system_edit.setText("Answer briefly.")
     ask(qtbot, window, "Name a red fruit.")
     conv = store.get(window.conv_id)
@@ -39,7 +39,7 @@ def test_answers_are_stored_and_conversations_reopen(qtbot, window: MainWindow, 
     assert window.system_edit.text() == "Answer briefly."
 
 
-def test_regenerate_and_edit_last(qtbot, window: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_regenerate_and_edit_last(qtbot, window: MainWindow, store: ConversationStore) -> None:
     ask(qtbot, window, "Say hello.")
     first = window.answer
     qtbot.mouseClick(window.regen_button, Qt.MouseButton.LeftButton)
@@ -53,7 +53,7 @@ def test_regenerate_and_edit_last(qtbot, window: MainWindow, store: Conversation
     assert [m.role for m in store.get(window.conv_id).messages] == ["user", "assistant"]
 
 
-def test_the_meter_shows_numbers_from_stats_events(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_meter_shows_numbers_from_stats_events(qtbot, window: MainWindow) -> None:
     seen: list[p.Stats] = []
     window.bridge.event.connect(lambda m: isinstance(m, p.Stats) and seen.append(m))
     window.sampling = p.Sampling.greedy(80)
@@ -64,7 +64,7 @@ def test_the_meter_shows_numbers_from_stats_events(qtbot, window: MainWindow) ->
     assert window.context_label.text().startswith("context ")
 
 
-def test_settings_change_reloads_the_engine_in_the_chosen_mode(qtbot, window: MainWindow, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+def test_settings_change_reloads_the_engine_in_the_chosen_mode(qtbot, window: MainWindow, isolated_data: Path) -> None:
     dialog = window.open_settings()
     dialog.mode.setCurrentText("vanilla")
     dialog.ctx.setValue(2048)
@@ -76,7 +76,7 @@ def test_settings_change_reloads_the_engine_in_the_chosen_mode(qtbot, window: Ma
     assert window.settings.mode == "vanilla" and (isolated_data / "settings.json").exists()
 
 
-def test_export_and_import_from_the_sidebar(qtbot, window: MainWindow, store: ConversationStore, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_export_and_import_from_the_sidebar(qtbot, window: MainWindow, store: ConversationStore, tmp_path: Path) -> None:
     ask(qtbot, window, "Name a green vegetable.")
     window.sidebar.export(window.conv_id, "md", str(tmp_path / "chat.md"))
     window.sidebar.export(window.conv_id, "json", str(tmp_path / "chat.json"))
@@ -87,7 +87,7 @@ def test_export_and_import_from_the_sidebar(qtbot, window: MainWindow, store: Co
     assert window.sidebar.list.count() == 2
 
 
-def test_train_acceleration_explains_how_when_pytorch_is_missing(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_train_acceleration_explains_how_when_pytorch_is_missing(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
     from app import train_runner
 
     monkeypatch.setattr(train_runner, "training_available", lambda: False)
@@ -99,7 +99,7 @@ def test_train_acceleration_explains_how_when_pytorch_is_missing(qtbot, monkeypa
     assert runner.out.name == "x" and runner.steps[0][:2] == ["train", "eagle"] and runner.steps[1][:2] == ["train", "exits"]
 
 
-def test_past_conversations_are_there_after_restarting_the_app(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_past_conversations_are_there_after_restarting_the_app(qtbot, model_path: Path, tmp_path: Path) -> None:
     db = tmp_path / "chats.db"
     first = MainWindow(model_path=model_path, sampling=p.Sampling.greedy(12), store=ConversationStore(db))
     qtbot.addWidget(first)
@@ -119,7 +119,7 @@ def test_past_conversations_are_there_after_restarting_the_app(qtbot, model_path
 
 def test_a_downloaded_model_is_usable_at_once(
     qtbot, window: MainWindow, model_path: Path, isolated_data: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from tests.hf_server import HubServer
 
     with HubServer() as hub:
@@ -146,7 +146,7 @@ def test_a_downloaded_model_is_usable_at_once(
     assert window.answer
 
 
-def test_every_control_has_an_accessible_name(qtbot, model_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_every_control_has_an_accessible_name(qtbot, model_path: Path, store: ConversationStore) -> None:
     from PySide6.QtWidgets import (
         QAbstractButton,
         QAbstractSpinBox,
@@ -174,7 +174,7 @@ def test_every_control_has_an_accessible_name(qtbot, model_path: Path, store: Co
     win.close()
 
 
-def test_settings_show_the_placement_plan(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_settings_show_the_placement_plan(qtbot, window: MainWindow) -> None:
     dialog = window.open_settings()
     from PySide6.QtWidgets import QLabel
 
@@ -182,7 +182,7 @@ def test_settings_show_the_placement_plan(qtbot, window: MainWindow) -> None:  #
     assert placement and "layers on the CPU" in placement[0] and "predicted" in placement[0]
 
 
-def test_delete_key_removes_a_chat_with_undo(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_delete_key_removes_a_chat_with_undo(qtbot, tmp_path: Path) -> None:
     """Del used to delete at once with no confirmation and no way back."""
     from app.sidebar import ConversationSidebar
 

@@ -32,7 +32,7 @@ def chats(db: Path, *titles: str) -> list[str]:
 
 
 @contextmanager
-def app_session(qtbot, db: Path) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
+def app_session(qtbot, db: Path) -> Iterator[MainWindow]:
     """One run of the app over the store at db (no engine: drafts need none), quit at the end."""
     win = MainWindow(model_path=db.parent / "none.gguf", store=ConversationStore(db))
     qtbot.addWidget(win)
@@ -47,12 +47,12 @@ def app_session(qtbot, db: Path) -> Iterator[MainWindow]:  # type: ignore[no-unt
         win.store.close()
 
 
-def type_into(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]
+def type_into(qtbot, win: MainWindow, text: str) -> None:
     win.input.setFocus()
     qtbot.keyClicks(win.input, text)
 
 
-def test_each_chat_keeps_its_own_draft_when_switching(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_each_chat_keeps_its_own_draft_when_switching(qtbot, tmp_path: Path) -> None:
     """The message box's text followed the user into every other chat (and was sent there)."""
     db = tmp_path / "chats.db"
     a, b = chats(db, "Alpha", "Beta")
@@ -76,7 +76,7 @@ def test_each_chat_keeps_its_own_draft_when_switching(qtbot, tmp_path: Path) -> 
         assert win.input.toPlainText() == "half a question for Alpha, finished"
 
 
-def test_the_app_reopens_on_the_last_chat_with_its_draft(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_app_reopens_on_the_last_chat_with_its_draft(qtbot, tmp_path: Path) -> None:
     """A restart opened a new empty chat, and whatever was being written was gone."""
     db = tmp_path / "chats.db"
     a, b = chats(db, "Alpha", "Beta")
@@ -101,7 +101,7 @@ def test_the_app_reopens_on_the_last_chat_with_its_draft(qtbot, tmp_path: Path) 
         assert third.input.toPlainText() == "line one\nline two, not sent"
 
 
-def test_a_draft_is_written_once_typing_pauses(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_draft_is_written_once_typing_pauses(qtbot, tmp_path: Path) -> None:
     """A crash or a kill loses at most the last moment's typing, not the draft."""
     db = tmp_path / "chats.db"
     with app_session(qtbot, db) as win:
@@ -110,7 +110,7 @@ def test_a_draft_is_written_once_typing_pauses(qtbot, tmp_path: Path) -> None:  
         qtbot.waitUntil(lambda: path.exists() and "kept if the app is killed" in path.read_text(encoding="utf-8"))
 
 
-def test_a_deleted_chat_does_not_reopen(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_deleted_chat_does_not_reopen(qtbot, tmp_path: Path) -> None:
     db = tmp_path / "chats.db"
     a, _ = chats(db, "Alpha", "Beta")
     with app_session(qtbot, db) as win:
@@ -124,7 +124,7 @@ def test_a_deleted_chat_does_not_reopen(qtbot, tmp_path: Path) -> None:  # type:
         assert a not in again.drafts.texts
 
 
-def test_a_damaged_drafts_file_says_so_and_loses_nothing_else(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_drafts_file_says_so_and_loses_nothing_else(qtbot, tmp_path: Path) -> None:
     db = tmp_path / "chats.db"
     (a,) = chats(db, "Alpha")
     drafts_path(db).write_text('{"format": "specee-chat-drafts", "current": "', encoding="utf-8")  # cut short
@@ -141,7 +141,7 @@ def test_a_damaged_drafts_file_says_so_and_loses_nothing_else(qtbot, tmp_path: P
         assert "damaged" not in again.transcript()
 
 
-def test_an_edit_does_not_eat_the_draft(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_edit_does_not_eat_the_draft(qtbot, tmp_path: Path) -> None:
     """Edit puts the question into the message box; the draft it replaced comes back after."""
     db = tmp_path / "chats.db"
     a, b = chats(db, "Alpha", "Beta")
@@ -160,7 +160,7 @@ def test_an_edit_does_not_eat_the_draft(qtbot, tmp_path: Path) -> None:  # type:
         assert win.input.toPlainText() == "my draft"
 
 
-def test_a_question_sent_takes_its_draft_and_the_new_chat_reopens_by_its_id(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_question_sent_takes_its_draft_and_the_new_chat_reopens_by_its_id(qtbot, model_path: Path, tmp_path: Path) -> None:
     """With the real worker: the first question of a new chat is no draft once sent (in no chat),
     the chat it made is the one that reopens, with the follow-up being written."""
     from engine import protocol as p

@@ -16,7 +16,7 @@ from engine.chats.generation import Generation
 from engine.chats.store import ConversationStore
 
 
-def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]
+def ask(qtbot, win: MainWindow, text: str) -> None:
     win.input.setPlainText(text)
     qtbot.keyClick(win.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not win.request_id, timeout=120_000)
@@ -26,25 +26,25 @@ def sent_messages(win: MainWindow) -> list[p.Message]:
     """What the chat pane sends the engine from now on."""
     sent: list[p.Message] = []
     send = win.panel._send
-    win.panel._send = lambda msg: sent.append(msg) or send(msg)  # type: ignore[method-assign]
+    win.panel._send = lambda msg: sent.append(msg) or send(msg)
     return sent
 
 
-def open_dialog(qtbot, win: MainWindow) -> GenerationDialog:  # type: ignore[no-untyped-def]
+def open_dialog(qtbot, win: MainWindow) -> GenerationDialog:
     qtbot.mouseClick(win.panel.files.generation_button, Qt.MouseButton.LeftButton)
     dialogs = [w for w in QApplication.topLevelWidgets() if isinstance(w, GenerationDialog) and w.isVisible()]
     assert len(dialogs) == 1
     return dialogs[0]
 
 
-def test_a_window_with_no_sampling_given_caps_no_answer_at_512_tokens(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_window_with_no_sampling_given_caps_no_answer_at_512_tokens(qtbot, model_path: Path, tmp_path: Path) -> None:
     win = MainWindow(model_path=model_path, store=ConversationStore(tmp_path / "c.db"))
     qtbot.addWidget(win)
     assert win.sampling.max_tokens == 0 and win.chat.generation == Generation()  # the context's room; Continue for more
     win.close()
 
 
-def test_the_generation_dialog_sets_this_chats_controls_and_they_come_back_with_it(qtbot, window: MainWindow, store) -> None:  # type: ignore[no-untyped-def]
+def test_the_generation_dialog_sets_this_chats_controls_and_they_come_back_with_it(qtbot, window: MainWindow, store) -> None:
     sent = sent_messages(window)
     dialog = open_dialog(qtbot, window)
     assert dialog.fields["max_tokens"].value() == 24 and dialog.preset.currentText() == "Custom"
@@ -73,7 +73,7 @@ def test_the_generation_dialog_sets_this_chats_controls_and_they_come_back_with_
     assert window.sampling.max_tokens == 6 and window.sampling.top_k == 7 and window.preset.currentText() == "Custom"
 
 
-def test_values_outside_the_limits_are_refused_in_words_and_change_nothing(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_values_outside_the_limits_are_refused_in_words_and_change_nothing(qtbot, window: MainWindow) -> None:
     before = window.chat.generation
     dialog = open_dialog(qtbot, window)
     dialog.fields["n_ctx"].setValue(100)  # the box allows it; the engine's limits do not
@@ -89,7 +89,7 @@ def test_values_outside_the_limits_are_refused_in_words_and_change_nothing(qtbot
     dialog.reject()
 
 
-def test_a_chats_own_context_length_loads_the_model_with_it_and_other_chats_get_theirs_back(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_a_chats_own_context_length_loads_the_model_with_it_and_other_chats_get_theirs_back(qtbot, window: MainWindow) -> None:
     ask(qtbot, window, "Hi")
     first = window.conv_id
     app_ctx = window.loaded.n_ctx

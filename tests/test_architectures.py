@@ -261,7 +261,7 @@ def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(
         forced = [next(run) for _ in range(6)]  # the prefill's token, then 5 exits after the last layer
         dec.lib.specee_ee_configure(dec._ee, False, -1, 0, 0.0, 0)  # from here: full depth
         after = [next(run) for _ in range(12)]
-        run.close()
+        run.close()  # type: ignore[attr-defined]
         hist = dec.accel_stats()["exit_hist"]
     finally:
         dec.close()
@@ -347,7 +347,7 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(
         run = dec._run(tokens, p.Sampling.greedy(4), record=False)
         first, _, _ = next(run)
         token, _, cands = next(run)
-        run.close()
+        run.close()  # type: ignore[attr-defined]
         st = dec.accel_stats()
         k_fill, v_fill = _seq_kv_rows(llm._ctx.ctx, pos)
     finally:

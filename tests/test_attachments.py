@@ -51,7 +51,7 @@ def test_a_pdf_gives_its_text_page_by_page(tmp_path: Path) -> None:
         (lambda d: write_pdf(d / "locked.pdf", ["secret"], password="pw"), "protected by a password"),
     ],
 )
-def test_files_that_cannot_be_attached_say_why(tmp_path: Path, make, words: str) -> None:  # type: ignore[no-untyped-def]
+def test_files_that_cannot_be_attached_say_why(tmp_path: Path, make, words: str) -> None:
     before = set(tmp_path.iterdir())
     make(tmp_path)
     made = sorted(set(tmp_path.iterdir()) - before)

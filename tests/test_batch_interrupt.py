@@ -80,11 +80,11 @@ def test_only_a_request_that_can_join_stops_the_step() -> None:
     raised: list[bool] = []
     batch = SimpleNamespace(free=1, interrupt=lambda: raised.append(True), rearm=lambda: raised.clear())
     session = SimpleNamespace(batch=batch, can_batch=lambda req: not req.logprobs)
-    answers = ConcurrentAnswers(session, lambda _msg: None)  # type: ignore[arg-type]
+    answers = ConcurrentAnswers(session, lambda _msg: None)
     ask = p.Generate("r", [{"role": "user", "content": "hi"}])
     answers.interrupt(ask)
     assert not raised  # nothing being decoded: the request starts at once anyway
-    answers._answers[object()] = object()  # type: ignore[index]
+    answers._answers[object()] = object()  # type: ignore[index, assignment]
     for no in (p.CountTokens("c", [{"role": "user", "content": "hi"}]), p.Generate("r", prompt="x", logprobs=True)):
         answers.interrupt(no)  # a command that is not a request, a request that cannot join
     assert not raised

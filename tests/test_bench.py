@@ -50,7 +50,7 @@ def test_repeat_keeps_each_prompts_median_run(
 
     real, speeds = runner._run_one, iter([30.0, 10.0, 20.0, 5.0, 50.0, 40.0])
 
-    def scripted(client, prompt, sampling, report_margins=False):  # type: ignore[no-untyped-def]
+    def scripted(client, prompt, sampling, report_margins=False):
         got = real(client, prompt, sampling, report_margins)
         if not report_margins:  # the untimed fidelity pass keeps its own
             got.decode_tok_s = next(speeds)

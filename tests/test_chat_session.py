@@ -104,8 +104,8 @@ def test_an_edit_deletes_nothing_until_it_is_sent_and_the_old_branch_stays(tmp_p
     branches the conversation there and the old branch stays a version away."""
     store = ConversationStore(tmp_path / "c.db")
     chat = ChatSession(store, p.Sampling.greedy(8))
-    _stream(chat, chat.send("Q1"), ["A1"])  # type: ignore[arg-type]
-    _stream(chat, chat.send("Q2"), ["A2"])  # type: ignore[arg-type]
+    _stream(chat, chat.send("Q1"), ["A1"])
+    _stream(chat, chat.send("Q2"), ["A2"])
     conv_id = chat.conv_id
     assert chat.begin_edit() == "Q2" and chat.editing == chat.messages[2]["id"]
     assert _texts(chat) == ["Q1", "A1", "Q2", "A2"] and len(store.get(conv_id).messages) == 4
@@ -124,7 +124,7 @@ def test_an_edit_deletes_nothing_until_it_is_sent_and_the_old_branch_stays(tmp_p
     assert again.show_version(0, +1) and _texts(again) == ["Q1, better", "B1"]
     assert again.begin_edit(0) == "Q1, better"
     gen = again.send("Q1, best")
-    again.on_event(p.Error(request_id=gen.request_id, kind="worker_died", message="killed"))  # type: ignore[union-attr]
+    again.on_event(p.Error(request_id=gen.request_id, kind="worker_died", message="killed"))
     # no answer came: the question goes back to the box, still as an edit of the question shown
     assert again.restored_question == "Q1, best" and again.editing == again.messages[0]["id"]
     assert [len(again.messages[0]["versions"])] == [2]
@@ -133,17 +133,17 @@ def test_an_edit_deletes_nothing_until_it_is_sent_and_the_old_branch_stays(tmp_p
 def test_regenerations_are_versions_to_page_through(tmp_path: Path) -> None:
     store = ConversationStore(tmp_path / "c.db")
     chat = ChatSession(store, p.Sampling.greedy(8))
-    _stream(chat, chat.send("Hi"), ["one"])  # type: ignore[arg-type]
-    _stream(chat, chat.regenerate(), ["two"])  # type: ignore[arg-type]
+    _stream(chat, chat.send("Hi"), ["one"])
+    _stream(chat, chat.regenerate(), ["two"])
     assert _texts(chat) == ["Hi", "two"] and chat.version(1) == (2, 2)
     assert chat.show_version(1, -1) and _texts(chat) == ["Hi", "one"] and chat.version(1) == (1, 2)
-    _stream(chat, chat.regenerate(), ["three"])  # type: ignore[arg-type]
+    _stream(chat, chat.regenerate(), ["three"])
     assert _texts(chat) == ["Hi", "three"] and chat.version(1) == (3, 3)
     gen = chat.regenerate()
     assert gen is not None and chat.version(1) == (4, 4)
     chat.abandon(gen)  # it could not be sent: the answer shown before comes back
     assert _texts(chat) == ["Hi", "three"] and chat.version(1) == (3, 3) and not chat.streaming
-    assert [m.content for m in store.get(chat.conv_id).messages] == ["Hi", "three"]  # type: ignore[arg-type]
+    assert [m.content for m in store.get(chat.conv_id).messages] == ["Hi", "three"]
 
 
 def test_a_cut_or_stopped_answer_can_be_continued_after_reopening(tmp_path: Path) -> None:
@@ -151,9 +151,9 @@ def test_a_cut_or_stopped_answer_can_be_continued_after_reopening(tmp_path: Path
     is stored with the answer."""
     store = ConversationStore(tmp_path / "c.db")
     chat = ChatSession(store, p.Sampling.greedy(2))
-    _stream(chat, chat.send("Tell a story"), ["Once", " upon"], finish="length")  # type: ignore[arg-type]
+    _stream(chat, chat.send("Tell a story"), ["Once", " upon"], finish="length")
     reopened = ChatSession(store, p.Sampling.greedy(2))
-    assert reopened.open(chat.conv_id) and reopened.can_continue  # type: ignore[arg-type]
+    assert reopened.open(chat.conv_id) and reopened.can_continue
     assert reopened.messages[-1]["finish"] == "length"
     more = reopened.continue_answer()
     assert more is not None and more.continue_answer and not reopened.can_continue
@@ -162,11 +162,11 @@ def test_a_cut_or_stopped_answer_can_be_continued_after_reopening(tmp_path: Path
     more = reopened.continue_answer()
     assert more is not None
     _stream(reopened, more, [" a", " time"])
-    assert not reopened.can_continue and store.get(chat.conv_id).messages[-1].finish == "stop"  # type: ignore[arg-type]
-    _stream(reopened, reopened.send("Another"), ["Two"], finish="cancelled")  # type: ignore[arg-type]
+    assert not reopened.can_continue and store.get(chat.conv_id).messages[-1].finish == "stop"
+    _stream(reopened, reopened.send("Another"), ["Two"], finish="cancelled")
     assert reopened.can_continue and reopened.notices == ["[stopped]"]
     again = ChatSession(store)
-    assert again.open(chat.conv_id) and again.can_continue and again.messages[-1]["finish"] == "cancelled"  # type: ignore[arg-type]
+    assert again.open(chat.conv_id) and again.can_continue and again.messages[-1]["finish"] == "cancelled"
 
 
 def test_generation_controls_are_the_chats_own_validated_and_kept(tmp_path: Path) -> None:
@@ -193,7 +193,7 @@ def test_generation_controls_are_the_chats_own_validated_and_kept(tmp_path: Path
         (Generation(repeat_penalty=7.0), "Repeat penalty must be between 0.5 and 3"),
         (Generation(max_tokens=-5), "Max answer length must be 0 (the context's room) to 1000000"),
         (Generation(n_ctx=100), "Context length must be 0 (the app's setting) or 256..1048576 tokens, got 100"),
-        (Generation(top_k=2.5), "Top-k must be a whole number"),  # type: ignore[arg-type]
+        (Generation(top_k=2.5), "Top-k must be a whole number"),
     ):
         with pytest.raises(p.SettingsError) as err:
             chat.set_generation(bad)

@@ -162,7 +162,7 @@ def test_chat_with_a_broken_model_exits_with_a_clear_error(truncated_model: Path
 
 
 @pytest.mark.parametrize("driver", ["as-here", "no-vulkan-driver"])
-def test_app_selftest_runs_every_installed_mode(model_path, driver: str) -> None:  # type: ignore[no-untyped-def]
+def test_app_selftest_runs_every_installed_mode(model_path, driver: str) -> None:
     """What installers run after installing: `specee-chat --selftest` (here unfrozen). It names
     the backends the build ships; on a machine with no Vulkan driver (no ICD to load) the Vulkan
     module loads with no device, says why, and every mode runs on the CPU."""

@@ -59,7 +59,7 @@ def _import_time_imports(path: Path) -> set[str]:
         visit(ast.parse(path.read_text()).body)
     except StopIteration:
         pass
-    with_parents = set()
+    with_parents: set[str] = set()
     for name in names:
         parts = name.split(".")
         with_parents.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))

@@ -49,7 +49,7 @@ def test_hit_rates_count_each_proposal_by_its_match_length_and_whether_earlier_o
     assert dict(hit_rates([7, 8, 1, 7, 8, 2], [7, 8, 3])) == {("2", "disagree"): [0, 1]}
 
 
-def test_the_replay_takes_a_given_cost_curve_instead_of_measuring(tmp_path, model_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_replay_takes_a_given_cost_curve_instead_of_measuring(tmp_path, model_path) -> None:
     """`--cost` replays a report under a curve measured elsewhere (docs/acceleration.md's), with no decode run."""
     import json
     import subprocess

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.models.download import DownloadError, HubFile, download, list_gguf_files, partial_path, search_gguf_repos
+from engine.models.download import (
+    DownloadError,
+    HubFile,
+    Progress,
+    download,
+    list_gguf_files,
+    partial_path,
+    search_gguf_repos,
+)
 from engine.models.registry import ModelRegistry
 from tests.hf_server import HubServer
 
@@ -16,7 +24,7 @@ REPO = "someone/SmolLM2-135M-Instruct-GGUF"
 
 
 @pytest.fixture
-def hub(model_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_data: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+def hub(model_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_data: Path, tmp_path: Path):
     small = tmp_path / "served" / "tiny.gguf"
     small.parent.mkdir()
     small.write_bytes(model_path.read_bytes()[: 3 << 20])  # a real file's first 3 MB
@@ -43,7 +51,7 @@ def test_search_and_list_through_huggingface_hub(hub: HubServer, model_path: Pat
 
 def test_download_with_progress_is_verified_registered_and_atomic(hub: HubServer, tmp_path: Path, model_path: Path) -> None:
     f = list_gguf_files(REPO)[0]
-    seen = []
+    seen: list[Progress] = []
     out = download(f, tmp_path / "models", progress=seen.append)
     assert out.read_bytes() == model_path.read_bytes()
     assert not partial_path(out).exists()
@@ -70,7 +78,7 @@ def test_cancel_pauses_and_a_later_call_resumes(hub: HubServer, tmp_path: Path) 
     f = list_gguf_files(REPO)[0]
     cancel = threading.Event()
 
-    def progress(pr) -> None:  # type: ignore[no-untyped-def]
+    def progress(pr) -> None:
         if pr.done >= 8 << 20:
             cancel.set()
 
@@ -124,7 +132,7 @@ def test_disk_full_while_writing_keeps_the_partial_file_and_says_why(
     real_open = Path.open
 
     class Full:
-        def __init__(self, fh) -> None:  # type: ignore[no-untyped-def]
+        def __init__(self, fh) -> None:
             self.fh, self.written = fh, 0
 
         def write(self, b: bytes) -> int:
@@ -133,13 +141,13 @@ def test_disk_full_while_writing_keeps_the_partial_file_and_says_why(
             self.written += len(b)
             return self.fh.write(b)
 
-        def __enter__(self):  # type: ignore[no-untyped-def]
+        def __enter__(self):
             return self
 
-        def __exit__(self, *a) -> None:  # type: ignore[no-untyped-def]
+        def __exit__(self, *a) -> None:
             self.fh.close()
 
-    def fake_open(self, mode="r", *a, **k):  # type: ignore[no-untyped-def]
+    def fake_open(self, mode="r", *a, **k):
         fh = real_open(self, mode, *a, **k)
         return Full(fh) if (self.name.endswith(".partial") and "a" in mode) or "w" in mode else fh
 
@@ -152,7 +160,7 @@ def test_disk_full_while_writing_keeps_the_partial_file_and_says_why(
     assert download(f, tmp_path).stat().st_size == f.size  # after freeing space, it resumes
 
 
-def test_the_model_manager_downloads_with_progress(qtbot, hub: HubServer, isolated_data: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_model_manager_downloads_with_progress(qtbot, hub: HubServer, isolated_data: Path) -> None:
     from app.model_manager import ModelManager
 
     dialog = ModelManager()

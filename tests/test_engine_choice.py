@@ -34,7 +34,8 @@ from tests.remote_servers import free_port, piece, scripted_server
 class FakeClient(EngineClient):
     def __init__(self, on_event: EventHandler, name: str = "local") -> None:
         super().__init__(on_event)
-        self.name, self.sent, self.running, self.refuse = name, [], False, False
+        self.name, self.running, self.refuse = name, False, False
+        self.sent: list[p.Message] = []
 
     @property
     def alive(self) -> bool:

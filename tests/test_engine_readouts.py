@@ -222,7 +222,7 @@ def test_a_server_that_dies_mid_answer_stopped_answering(tmp_path: Path, isolate
     from engine.remote.openai_api import Timeouts
     from tests.remote_servers import piece, scripted_server
 
-    def dies(write, over) -> None:  # type: ignore[no-untyped-def]
+    def dies(write, over) -> None:
         write(piece("Part of"))
         write(piece(" it"))  # ... and the process is gone: its socket closes mid-answer
 
@@ -246,7 +246,7 @@ def test_a_server_that_dies_mid_answer_stopped_answering(tmp_path: Path, isolate
 class _Decoder:
     """A decoder that yields tokens at once (AutoCalibration's Decoder protocol)."""
 
-    def stream(self, tokens: list[int], sampling: p.Sampling):  # type: ignore[no-untyped-def]
+    def stream(self, tokens: list[int], sampling: p.Sampling):
         yield from range(sampling.max_tokens)
 
     def forget(self) -> None:

@@ -56,7 +56,7 @@ def targets(tmp_path_factory: pytest.TempPathFactory, model_path: Path, hub: Hub
     folder = tmp_path_factory.mktemp("import-head-targets")
 
     def tiny(name: str, arch: str, **kw: object) -> Path:
-        return write_tiny_gguf(folder / f"{name}.gguf", arch, n_layer=N_LAYER, tokenizer_from=model_path, **kw)  # type: ignore[arg-type]
+        return write_tiny_gguf(folder / f"{name}.gguf", arch, n_layer=N_LAYER, tokenizer_from=model_path, **kw)
 
     return {
         "llama": tiny("llama", "llama", tied=False),

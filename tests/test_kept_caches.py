@@ -133,7 +133,7 @@ def test_memory_only_and_off_keep_nothing_on_disk(keep_kv: bool, disk_budget: in
 def test_a_disk_budget_outside_the_limits_is_refused() -> None:
     for bad in (-1, p.KV_DISK_BUDGET_MAX + 1, 1.5, True):
         with pytest.raises(p.SettingsError, match="kv_disk_budget"):
-            p.Load("m.gguf", kv_disk_budget=bad).validate()  # type: ignore[arg-type]
+            p.Load("m.gguf", kv_disk_budget=bad).validate()
 
 
 def test_an_eagle_conversation_drafts_after_a_restart_as_it_goes_on_in_the_same_process(model_path: Path) -> None:
@@ -192,7 +192,7 @@ def test_a_state_file_reads_back_as_written_and_any_damage_is_refused(aux: tuple
     kv_states._write(path, tokens, data, aux)
     got_tokens, got_data, got_aux = kv_states._read(path)
     assert (got_tokens, bytes(got_data)) == (tokens, bytes(data)) and kv_states._read_tokens(path) == tokens
-    assert (got_aux[0], bytes(got_aux[1])) == (aux[0], bytes(aux[1])) if aux else got_aux is None
+    assert (got_aux[0], bytes(got_aux[1])) == (aux[0], bytes(aux[1])) if aux else got_aux is None  # type: ignore[index]
     raw = path.read_bytes()
     for where in (len(kv_states.MAGIC) + 20, len(raw) - 40, len(raw) // 2):
         broken = bytearray(raw)

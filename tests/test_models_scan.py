@@ -152,7 +152,7 @@ def test_a_catalog_file_on_disk_is_known_as_installed(model_path: Path, isolated
 # -- the hub out of reach --------------------------------------------------------------------------
 
 
-def _fails_in_words(call, monkeypatch: pytest.MonkeyPatch) -> DownloadError:  # type: ignore[no-untyped-def]
+def _fails_in_words(call, monkeypatch: pytest.MonkeyPatch) -> DownloadError:
     """The call fails at once: from the reachability probe, before the hub library (whose retries
     took the 15-45 s) is asked at all; checked by what is called, not by a wall clock."""
     monkeypatch.setattr("engine.models.download._api", lambda: pytest.fail("the hub library was asked"))
@@ -164,11 +164,11 @@ def _fails_in_words(call, monkeypatch: pytest.MonkeyPatch) -> DownloadError:  # 
     return err.value
 
 
-def _count_lookups(monkeypatch: pytest.MonkeyPatch, look_up) -> list[str]:  # type: ignore[no-untyped-def]
+def _count_lookups(monkeypatch: pytest.MonkeyPatch, look_up) -> list[str]:
     """Replace the resolver with `look_up`; the hosts it was asked for, in order."""
     asked: list[str] = []
 
-    def counted(host, *a, **k):  # type: ignore[no-untyped-def]
+    def counted(host, *a, **k):
         asked.append(host)
         return look_up(host, *a, **k)
 
@@ -190,7 +190,7 @@ def test_no_dns_is_said_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "https://huggingface.co")
     monkeypatch.setattr("engine.models.download._token", lambda: None)
 
-    def no_dns(*_a, **_k):  # type: ignore[no-untyped-def]
+    def no_dns(*_a, **_k):
         raise socket.gaierror(-2, "Name or service not known")
 
     asked = _count_lookups(monkeypatch, no_dns)
@@ -206,7 +206,7 @@ def test_a_resolver_that_hangs_is_not_waited_for(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr("engine.models.download._token", lambda: None)
     released = threading.Event()
 
-    def hanging(*_a, **_k):  # type: ignore[no-untyped-def]
+    def hanging(*_a, **_k):
         released.wait(10 * PROBE_TIMEOUT)
         raise socket.gaierror(-3, "Temporary failure in name resolution")
 

@@ -31,7 +31,7 @@ def test_build_key_of_the_checkout_matches_the_loaded_library(native_build: dict
     assert build_info()["build_key"] == key, "native sources changed since the build: run `make setup`"
 
 
-def test_build_key_changes_with_any_input(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_build_key_changes_with_any_input(tmp_path: Path, monkeypatch) -> None:
     base = native_build.make_recipe(upstream=False)
     extra = tmp_path / "extra.cpp"
     extra.write_text("// new\n")
@@ -80,7 +80,7 @@ def test_compile_progress_follows_the_main_build_not_a_sub_build() -> None:
     assert [make.percent(line) for line in ["[ 10%] Building", "[100%] Built target ggml"]] == [10, 100]
 
 
-def test_unknown_backend_is_an_actionable_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_backend_is_an_actionable_error(monkeypatch) -> None:
     monkeypatch.setenv("SPECEE_BACKEND", "quantum")
     try:
         native_build.detect_backends()

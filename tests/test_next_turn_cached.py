@@ -20,7 +20,7 @@ CHAT = "Here are my notes from the trip; read them and tell me what to pack next
 )
 
 
-def _turn(session, messages: list[dict[str, str]], continue_answer: bool = False) -> tuple[p.Done, p.Stats]:  # type: ignore[no-untyped-def]
+def _turn(session, messages: list[dict[str, str]], continue_answer: bool = False) -> tuple[p.Done, p.Stats]:
     events: list[p.Message] = []
     req = p.Generate(uuid.uuid4().hex[:8], messages, p.Sampling.greedy(12), continue_answer=continue_answer)
     session.generate(req, events.append, threading.Event(), time.perf_counter())
@@ -28,7 +28,7 @@ def _turn(session, messages: list[dict[str, str]], continue_answer: bool = False
     return done, [e for e in events if isinstance(e, p.Stats)][-1]
 
 
-def _measure_once(session) -> None:  # type: ignore[no-untyped-def]
+def _measure_once(session) -> None:
     """One unit of auto's (or the reference's) measurement, as an idle worker runs it."""
     assert session.has_background_work()
     session.background_step(lambda: False)

@@ -56,7 +56,7 @@ def tool_model(folder: Path, model_path: Path) -> Path | None:
     from tests.tiny_models import write_tiny_gguf
 
     template = (Path(__file__).parent / "data" / "qwen2.5-instruct.jinja").read_text()
-    return write_tiny_gguf(folder / "tiny-tools.gguf", "qwen2", tokenizer_from=model_path, chat_template=template)  # type: ignore[call-arg]
+    return write_tiny_gguf(folder / "tiny-tools.gguf", "qwen2", tokenizer_from=model_path, chat_template=template)
 
 
 def test_exclusion_list_is_well_formed() -> None:

@@ -27,7 +27,7 @@ def _frequent_exits(n_layer: int) -> Exits:
 
 
 @pytest.mark.parametrize("profile", load_profiles(), ids=lambda pr: pr.name)
-def test_plans_never_exceed_free_memory(profile, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_plans_never_exceed_free_memory(profile, model_path: Path) -> None:
     models = [facts_from_gguf(model_path)] + [make() for make in MODEL_CLASSES.values()]
     for m in models:
         for exits in (None, _frequent_exits(m.n_layer)):
@@ -101,7 +101,7 @@ def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> 
         if not PLANNER_GPU:
             assert loaded.placement.n_gpu_layers == 0 and "layers on the CPU" in loaded.plan
         done = list(client.stream([{"role": "user", "content": "Hi"}], p.Sampling.greedy(4)))[-1]
-        assert done.n_generated > 0
+        assert done.n_generated > 0  # type: ignore[attr-defined]
         # an explicit placement overrides the plan
         override = p.Placement(n_ctx=1024, n_gpu_layers=0, layout="first")
         loaded = client.load(model_path, override, mode="vanilla")
@@ -109,7 +109,7 @@ def test_the_plan_here_is_what_the_worker_loads_by_default(model_path: Path) -> 
 
 
 @pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
-def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_on_a_gpu_the_plan_offloads_and_the_head_follows_the_last_layer(model_path: Path, monkeypatch) -> None:
     if ON_LAVAPIPE:  # the planner takes lavapipe only when told to (here and in the worker started below)
         monkeypatch.setenv(ALLOW_SOFTWARE_GPU_ENV, "1")
     want, _pl = placement_for(model_path, 2048, 0, may_exit=False)  # eagle: no exits
@@ -148,7 +148,7 @@ def test_a_first_start_without_a_gpu_does_not_wait_for_the_bandwidth_benchmark(
     assert not hw.cpu_bw_measured and hw.cpu_bw_gbs == machine.DEFAULT_CPU_BW_GBS
 
 
-def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_doctor_plan_prints_an_explained_plan_for_every_profile(capsys, model_path: Path) -> None:
     from engine.cli import main
 
     assert main(["doctor", "--plan", str(model_path), "--profile", "all", "--json"]) == 0

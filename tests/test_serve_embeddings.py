@@ -41,7 +41,7 @@ TEXTS = ["The cat sat on the mat.", "def add(a, b):\n    return a + b", "The cat
 
 @pytest.mark.parametrize("fmt", ["float", "base64"])
 def test_embeddings_have_openais_shape_and_unit_length(server: ServerProcess, fmt: str) -> None:
-    reply = client(server).embeddings.create(model=MODEL_ID, input=TEXTS, encoding_format=fmt)  # type: ignore[arg-type]
+    reply = client(server).embeddings.create(model=MODEL_ID, input=TEXTS, encoding_format=fmt)
     assert reply.object == "list" and reply.model == MODEL_ID
     assert [d.index for d in reply.data] == [0, 1, 2] and all(d.object == "embedding" for d in reply.data)
     vectors = np.array([vector(d.embedding) for d in reply.data])
@@ -50,7 +50,7 @@ def test_embeddings_have_openais_shape_and_unit_length(server: ServerProcess, fm
     assert np.allclose(vectors[0], vectors[2], atol=1e-5)  # the same text, the same vector
     assert vectors[0] @ vectors[1] < 0.99  # different texts differ
     assert reply.usage.prompt_tokens == reply.usage.total_tokens > 10
-    one = client(server).embeddings.create(model=MODEL_ID, input=TEXTS[1], encoding_format=fmt)  # type: ignore[arg-type]
+    one = client(server).embeddings.create(model=MODEL_ID, input=TEXTS[1], encoding_format=fmt)
     assert np.allclose(vector(one.data[0].embedding), vectors[1], atol=1e-5)  # alone or among others, the same
 
 

@@ -30,7 +30,7 @@ MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 
 
 @pytest.fixture(scope="module")
-def served(model_path: Path):  # type: ignore[no-untyped-def]
+def served(model_path: Path):
     server = ServerProcess(model=model_path, mode="ngram", api_key=KEY, extra_args=["--ctx", "1024"])
     server.start(timeout=180)
     yield server
@@ -91,21 +91,21 @@ def test_parse_at_a_temperature_and_the_mode_header(served: ServerProcess) -> No
 
 def test_the_mode_answers_as_before_after_a_vanilla_request_and_the_log_says_so(served: ServerProcess) -> None:
     plain = {"model": MODEL_ID, "messages": ask("Write a haiku about rain."), "temperature": 0, "max_tokens": 40}
-    before = client(served).chat.completions.create(**plain).choices[0].message.content  # type: ignore[call-overload]
+    before = client(served).chat.completions.create(**plain).choices[0].message.content
     client(served).chat.completions.parse(
         model=MODEL_ID, messages=ask("A colour."), response_format=Colour, temperature=0, max_tokens=200
     )  # greedy: unseeded, the tiny model rambled inside "name" past max_tokens on 3 seeds of 40
     # the vanilla decoder prefilled the shared context from scratch; ngram mode then prefills again
-    assert client(served).chat.completions.create(**plain).choices[0].message.content == before  # type: ignore[call-overload]
+    assert client(served).chat.completions.create(**plain).choices[0].message.content == before
     assert "json_schema Colour: answered by the vanilla decoder (mode ngram)" in served.last_lines(20)
 
 
 def test_json_object_streamed_and_not(served: ServerProcess) -> None:
     kw = {"model": MODEL_ID, "messages": ask("List three fruits."), "response_format": {"type": "json_object"}}
-    reply = client(served).chat.completions.create(temperature=0, max_tokens=300, **kw)  # type: ignore[call-overload]
+    reply = client(served).chat.completions.create(temperature=0, max_tokens=300, **kw)
     assert reply.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(reply.choices[0].message.content), dict)
-    chunks = client(served).chat.completions.create(temperature=0, max_tokens=300, stream=True, **kw)  # type: ignore[call-overload]
+    chunks = client(served).chat.completions.create(temperature=0, max_tokens=300, stream=True, **kw)
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == reply.choices[0].message.content
 
@@ -126,7 +126,7 @@ def test_json_schema_strict_with_references_enums_and_arrays(served: ServerProce
     fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
     reply = client(served).chat.completions.create(
         model=MODEL_ID, messages=ask("Tell me about Paris."), response_format=fmt, temperature=0, max_tokens=200
-    )  # type: ignore[call-overload]
+    )
     data = json.loads(reply.choices[0].message.content)
     assert set(data) == {"city", "size", "districts", "founded"} and data["size"] in ("small", "medium", "large")
     assert len(data["city"]) <= 20 and 1 <= len(data["districts"]) <= 3
@@ -138,7 +138,7 @@ def test_a_length_cut_says_length_and_the_grammar_never_ends_early(served: Serve
     fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": Colour.model_json_schema()}}
     reply = client(served).chat.completions.create(
         model=MODEL_ID, messages=ask("A colour."), response_format=fmt, temperature=0, max_tokens=5
-    )  # type: ignore[call-overload]
+    )
     assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 5
     with pytest.raises(openai.LengthFinishReasonError):
         client(served).chat.completions.parse(model=MODEL_ID, messages=ask("A colour."), response_format=Colour, max_tokens=5)
@@ -175,7 +175,7 @@ BAD_FORMATS = {
 def test_bad_response_formats_are_400(served: ServerProcess, case: str) -> None:
     fmt, says = BAD_FORMATS[case]
     with pytest.raises(openai.BadRequestError) as err:
-        client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), response_format=fmt, max_tokens=4)  # type: ignore[arg-type]
+        client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), response_format=fmt, max_tokens=4)
     error = assert_openai_error(400, err.value.response.json())
     assert error["type"] == "invalid_request_error" and error["param"] == "response_format", error
     assert says in error["message"], error
@@ -189,7 +189,7 @@ def test_a_grammar_cannot_continue_an_answer(served: ServerProcess) -> None:
     with pytest.raises(openai.BadRequestError, match="continue"):
         client(served).chat.completions.create(
             model=MODEL_ID, messages=messages, response_format={"type": "json_object"}, max_tokens=4
-        )  # type: ignore[call-overload]
+        )
 
 
 # -- logprobs ----------------------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def _check_entries(content: list, n_top: int, greedy: bool = True) -> None:
 
 def test_chat_logprobs_streamed_and_not(served: ServerProcess) -> None:
     kw = {"model": MODEL_ID, "messages": ask("Name three colours."), "temperature": 0, "max_tokens": 16}
-    raw = client(served).chat.completions.with_raw_response.create(logprobs=True, top_logprobs=5, **kw)  # type: ignore[call-overload]
+    raw = client(served).chat.completions.with_raw_response.create(logprobs=True, top_logprobs=5, **kw)
     assert raw.headers["x-specee-mode"] == "vanilla (logprobs)"
     reply = raw.parse()
     content = reply.choices[0].logprobs.content
@@ -219,15 +219,15 @@ def test_chat_logprobs_streamed_and_not(served: ServerProcess) -> None:
     assert len(content) == reply.usage.completion_tokens
     assert "".join(e.token for e in content) == reply.choices[0].message.content
     # the same answer, and the same numbers, chunk by chunk
-    chunks = list(client(served).chat.completions.create(logprobs=True, top_logprobs=5, stream=True, **kw))  # type: ignore[call-overload]
+    chunks = list(client(served).chat.completions.create(logprobs=True, top_logprobs=5, stream=True, **kw))
     streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     assert [e.token for e in streamed] == [e.token for e in content]
     assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-4)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == reply.choices[0].message.content
     # logprobs without alternatives; and none at all when not asked
-    bare = client(served).chat.completions.create(logprobs=True, **kw)  # type: ignore[call-overload]
+    bare = client(served).chat.completions.create(logprobs=True, **kw)
     _check_entries(bare.choices[0].logprobs.content, 0)
-    assert client(served).chat.completions.create(**kw).choices[0].logprobs is None  # type: ignore[call-overload]
+    assert client(served).chat.completions.create(**kw).choices[0].logprobs is None
 
 
 def test_logprobs_at_a_temperature_and_with_a_grammar(served: ServerProcess) -> None:
@@ -250,12 +250,12 @@ def test_logprobs_at_a_temperature_and_with_a_grammar(served: ServerProcess) -> 
 def test_completions_logprobs(served: ServerProcess, stream: bool) -> None:
     kw = {"model": MODEL_ID, "prompt": "The capital of France is", "temperature": 0, "max_tokens": 8, "logprobs": 3}
     if not stream:
-        choice = client(served).completions.create(**kw).choices[0]  # type: ignore[call-overload]
+        choice = client(served).completions.create(**kw).choices[0]
         lp = choice.logprobs
         tokens, token_logprobs, tops, offsets, text = lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset, choice.text
     else:
         tokens, token_logprobs, tops, offsets, text = [], [], [], [], ""
-        for chunk in client(served).completions.create(stream=True, **kw):  # type: ignore[call-overload]
+        for chunk in client(served).completions.create(stream=True, **kw):
             c = chunk.choices[0]
             text += c.text
             if c.logprobs:
@@ -284,7 +284,7 @@ BAD_LOGPROBS = {
 @pytest.mark.parametrize("case", BAD_LOGPROBS)
 def test_bad_logprobs_are_400(served: ServerProcess, case: str) -> None:
     path, extra, param = BAD_LOGPROBS[case]
-    body = {"model": MODEL_ID, "max_tokens": 2, **extra}
+    body = {"model": MODEL_ID, "max_tokens": 2, **extra}  # type: ignore[dict-item]
     body.update({"messages": ask("Hi.")} if "chat" in path else {"prompt": "Hi"})
     conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
     conn.request("POST", path, json.dumps(body), {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
@@ -299,7 +299,7 @@ def test_tools_and_n_are_still_refused(served: ServerProcess) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     for extra in ({"tools": [tool]}, {"n": 17}, {"tool_choice": "auto"}):
         with pytest.raises(openai.BadRequestError):
-            client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), max_tokens=2, **extra)  # type: ignore[call-overload]
+            client(served).chat.completions.create(model=MODEL_ID, messages=ask("Hi."), max_tokens=2, **extra)
 
 
 @pytest.mark.slow  # json_schema's grammar comes from llama-cpp-python's converter

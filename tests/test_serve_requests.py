@@ -36,7 +36,7 @@ def test_the_log_file_is_read_as_it_grows(tmp_path: Path) -> None:
     assert [e["time"] for e in read_new(path, offset)[0]] == [4.0]
 
 
-def test_requests_show_in_the_servers_log_and_the_switchs_view(qtbot, model_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_requests_show_in_the_servers_log_and_the_switchs_view(qtbot, model_path: Path) -> None:
     switch = ServeSwitch(lambda: (str(model_path), "vanilla"))
     qtbot.addWidget(switch)
     switch.show()

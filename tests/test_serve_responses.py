@@ -22,7 +22,7 @@ QUESTION = "What is the capital of France? Answer in one word."
 
 
 @pytest.fixture(scope="module")
-def served(model_path: Path):  # type: ignore[no-untyped-def]
+def served(model_path: Path):
     server = ServerProcess(model=model_path, mode="vanilla", api_key=KEY, extra_args=["--ctx", "1024"])
     server.start(timeout=180)
     yield server
@@ -53,7 +53,7 @@ def test_instructions_and_message_items_reach_the_prompt(served: ServerProcess) 
         instructions="You answer in French only.",
         input=[
             {"role": "user", "content": "Hello!"},
-            {"role": "assistant", "content": [{"type": "output_text", "text": "Hi! How can I help?"}]},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "Hi! How can I help?"}]},  # type: ignore[list-item, misc]
             {"role": "user", "content": [{"type": "input_text", "text": QUESTION}]},
         ],
         max_output_tokens=8,

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def served(model_path: Path):  # type: ignore[no-untyped-def]
+def served(model_path: Path):
     server = ServerProcess(
         model=model_path, mode="vanilla", api_key=KEY, extra_args=["--ctx", str(N_CTX), "--allow-origin", EXTENSION]
     )
@@ -40,7 +40,7 @@ def served(model_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def vocab(model_path: Path):  # type: ignore[no-untyped-def]
+def vocab(model_path: Path):
     import llama_cpp
 
     return llama_cpp.Llama(model_path=str(model_path), vocab_only=True, verbose=False)
@@ -50,12 +50,12 @@ def client(server: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0, timeout=60)
 
 
-def chat(server: ServerProcess, messages: list[dict], max_tokens: int = 1, **kw):  # type: ignore[no-untyped-def]
+def chat(server: ServerProcess, messages: list[dict], max_tokens: int = 1, **kw):
     kw = {"temperature": 0, **kw}
     return client(server).chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=max_tokens, **kw)
 
 
-def raw(server: ServerProcess, method: str, path: str, body: bytes = b"", headers: dict | None = None):  # type: ignore[no-untyped-def]
+def raw(server: ServerProcess, method: str, path: str, body: bytes = b"", headers: dict | None = None):
     """(status, headers, the body's JSON or text) of one request."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     conn.request(method, path, body=body, headers={"Authorization": f"Bearer {KEY}", **(headers or {})})
@@ -69,7 +69,7 @@ def raw(server: ServerProcess, method: str, path: str, body: bytes = b"", header
     return resp.status, resp.headers, parsed
 
 
-def post(server: ServerProcess, body: dict | bytes, path: str = "/v1/chat/completions", **headers: str):  # type: ignore[no-untyped-def]
+def post(server: ServerProcess, body: dict | bytes, path: str = "/v1/chat/completions", **headers: str):
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     return raw(server, "POST", path, data, {"Content-Type": "application/json", **headers})
 
@@ -130,7 +130,7 @@ def _rendered(template: str, messages: list[dict]) -> str:
     from engine.llm.chat_prompt import ChatPrompt  # imports llama_cpp: not in the quick subset's venv
 
     prompt = ChatPrompt(template, "", "", lambda text: list(text))  # one token per character
-    return "".join(prompt.fit(messages, 10_000).tokens)  # type: ignore[arg-type]
+    return "".join(prompt.fit(messages, 10_000).tokens)
 
 
 @pytest.mark.slow  # engine.llm imports llama_cpp (not in the quick subset's venv)
@@ -156,13 +156,13 @@ def test_system_messages_keep_their_place_or_merge_into_the_first() -> None:
 def test_the_app_still_trims_and_the_server_path_refuses() -> None:
     from engine.llm.chat_prompt import ChatPrompt, ContextOverflow
 
-    prompt = ChatPrompt(SMOL_TEMPLATE, "", "", lambda text: text.split())  # one token per word
+    prompt = ChatPrompt(SMOL_TEMPLATE, "", "", lambda text: text.split())  # type: ignore[return-value]  # one token per word
     turns = [{"role": "system", "content": "Be terse."}]
     for i in range(6):
         turns += [{"role": "user", "content": f"question {i} " + "w " * 20}, {"role": "assistant", "content": "a " * 20}]
     turns += [{"role": "system", "content": "Now in French."}, {"role": "user", "content": "last"}]
     fitted = prompt.fit(turns, 100)
-    text = " ".join(fitted.tokens)  # type: ignore[arg-type]
+    text = " ".join(fitted.tokens)
     assert fitted.dropped_messages >= 2 and "Be terse." in text and "Now in French." in text and "question 0" not in text
     with pytest.raises(ContextOverflow, match="shorten it"):
         prompt.fit(turns, 100, trim=False)
@@ -205,7 +205,7 @@ def test_truncation_auto_trims_and_says_so(served: ServerProcess, stream: bool) 
 def test_a_completion_prompt_too_long_says_context_length_exceeded(served: ServerProcess) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client(served).completions.create(model=MODEL_ID, prompt="word " * 1000, max_tokens=4)
-    assert err.value.code == "context_length_exceeded" and err.value.body["param"] == "prompt"
+    assert err.value.code == "context_length_exceeded" and err.value.body["param"] == "prompt"  # type: ignore[index]
 
 
 # -- 3. presence/frequency penalties and logit_bias ------------------------------------------------
@@ -213,7 +213,7 @@ def test_a_completion_prompt_too_long_says_context_length_exceeded(served: Serve
 REPEATS = [{"role": "user", "content": "Write the word yes ten times."}]  # greedy: "yes" on line after line
 
 
-def test_logit_bias_forces_or_bans_a_token(served: ServerProcess, vocab) -> None:  # type: ignore[no-untyped-def]
+def test_logit_bias_forces_or_bans_a_token(served: ServerProcess, vocab) -> None:
     plain = chat(served, [USER], max_tokens=6).choices[0].message.content
     forced = vocab.tokenize(b"Banana", add_bos=False)[0]
     piece = vocab.detokenize([forced]).decode()
@@ -362,7 +362,7 @@ def test_ignored_parameters_are_accepted_and_documented(served: ServerProcess) -
 # -- 8. CORS for local browser clients ----------------------------------------------------------------
 
 
-def _preflight(server: ServerProcess, origin: str, host: str | None = None):  # type: ignore[no-untyped-def]
+def _preflight(server: ServerProcess, origin: str, host: str | None = None):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     headers = {
         "Origin": origin,

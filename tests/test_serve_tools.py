@@ -70,7 +70,7 @@ def tool_model(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Pa
 
 
 @pytest.fixture(scope="module")
-def served(tool_model: Path):  # type: ignore[no-untyped-def]
+def served(tool_model: Path):
     # ngram mode: a request with a tool-call grammar runs in the vanilla decoder, one without in ngram
     server = ServerProcess(model=tool_model, mode="ngram", api_key=KEY, extra_args=["--ctx", "1024"])
     server.start(timeout=180)
@@ -100,7 +100,8 @@ def assert_valid_call(name: str, arguments: str, want: str | None = None) -> dic
 
 def collect_stream(stream: Any) -> tuple[str, dict[int, dict[str, str]], str | None]:
     """(content, {index: {id, name, arguments}}, finish_reason) of a streamed answer, as clients join it."""
-    content, calls, finish = "", {}, None
+    content, finish = "", None
+    calls: dict[int, dict[str, str]] = {}
     for chunk in stream:
         if not chunk.choices:
             continue

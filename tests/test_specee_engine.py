@@ -51,7 +51,7 @@ def _tokens(llm: Llama, model_path: Path, text: str) -> list[int]:
     return chat.fit([{"role": "user", "content": text}], 512).tokens
 
 
-def _take(stream, n: int) -> list[int]:  # type: ignore[no-untyped-def]
+def _take(stream, n: int) -> list[int]:
     out = []
     for tok in stream:
         out.append(tok)
@@ -87,7 +87,7 @@ def _reference_candidate_logits(model_path: Path, h: np.ndarray, cands: np.ndarr
     return rows @ x.astype(np.float32)
 
 
-def _reference_output(model_path: Path, tokens: list[int], layer: int, kv_pos: int = -1):  # type: ignore[no-untyped-def]
+def _reference_output(model_path: Path, tokens: list[int], layer: int, kv_pos: int = -1):
     """A plain context decodes tokens; returns the output of `layer` at the last token (the input
     layer + 1 receives) and, with kv_pos >= 0, the K/V rows written at that position."""
     ref = _llm(model_path)
@@ -111,7 +111,7 @@ def test_forced_exit_emits_the_best_candidate_of_that_layer(llm: Llama, model_pa
         run = dec._run(tokens, p.Sampling.greedy(4), record=False)
         first, _, _ = next(run)
         token, _, cands = next(run)
-        run.close()
+        run.close()  # type: ignore[attr-defined]
         assert dec.accel_stats()["mean_layers"] == layer + 1 and dec.accel_stats()["exit_rate"] == 1.0
     finally:
         dec.close()
@@ -127,7 +127,7 @@ def test_record_mode_logits_match_the_numpy_reference(llm: Llama, model_path: Pa
     try:
         rec_run = dec.record(tokens, p.Sampling.greedy(4))
         _tok, rec, cands = next(rec_run)
-        rec_run.close()
+        rec_run.close()  # type: ignore[attr-defined]
         first = dec._kv[len(tokens)]  # the prefill's token, decoded by that first step
     finally:
         dec.close()
@@ -150,7 +150,7 @@ def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(llm: Llam
         forced = [next(run) for _ in range(6)]
         dec.lib.specee_ee_configure(dec._ee, False, -1, 0, 0.0, 0)  # from here: full depth
         after = [next(run) for _ in range(12)]
-        run.close()
+        run.close()  # type: ignore[attr-defined]
         assert dec.accel_stats()["exit_rate"] < 1.0
     finally:
         dec.close()
@@ -160,7 +160,7 @@ def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(llm: Llam
     assert after == want
 
 
-def _seq_kv_rows(ctx, pos: int) -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
+def _seq_kv_rows(ctx, pos: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """K and V rows (per layer, float32) of the cell at `pos` of sequence 0, parsed from
     llama_state_seq_get_data (llama-kv-cache.cpp state_write: meta, then K rows, then V)."""
     n = llama_cpp.llama_state_seq_get_size(ctx, 0)
@@ -168,7 +168,7 @@ def _seq_kv_rows(ctx, pos: int) -> tuple[list[np.ndarray], list[np.ndarray]]:  #
     assert llama_cpp.llama_state_seq_get_data(ctx, buf, n, 0) == n
     raw, off = bytes(buf), 0
 
-    def take(fmt: str):  # type: ignore[no-untyped-def]
+    def take(fmt: str):
         nonlocal off
         vals = struct.unpack_from(fmt, raw, off)
         off += struct.calcsize(fmt)
@@ -219,7 +219,7 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, mod
         run = dec._run(tokens, p.Sampling.greedy(4), record=False)
         first, _, _ = next(run)
         next(run)
-        run.close()
+        run.close()  # type: ignore[attr-defined]
         k_exit, v_exit = _seq_kv_rows(llm._ctx.ctx, pos)
     finally:
         dec.close()

@@ -127,7 +127,7 @@ def test_draft_mode_without_a_draft_model_says_what_to_do(model_path: Path, isol
 
 
 @pytest.mark.parametrize("drafter", ["copy", "ngram-simple"])
-def test_several_steps_a_call_answer_as_one_step_a_call(model_path: Path, drafter: str, native_build) -> None:  # type: ignore[no-untyped-def]
+def test_several_steps_a_call_answer_as_one_step_a_call(model_path: Path, drafter: str, native_build) -> None:
     """specee_drafter_steps (the worker's step_us > 0): the same answer as one step a call, no step
     begun past max_tokens, and a cache that says what it holds when the consumer stops early."""
     from llama_cpp import Llama
@@ -153,7 +153,7 @@ def test_several_steps_a_call_answer_as_one_step_a_call(model_path: Path, drafte
         dec.forget()
         stream = dec.stream(tokens, p.Sampling.greedy(), step_us=10**9)
         got = [next(stream) for _ in range(3)]
-        stream.close()
+        stream.close()  # type: ignore[attr-defined]
         kv = dec.kv_tokens()
         assert kv[: len(tokens) + 2] == tokens + got[:2] and len(kv) >= len(tokens) + 2
     finally:

@@ -22,7 +22,7 @@ def tiny_qwen2(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "qwen2.gguf", "qwen2", tokenizer_from=model_path)
 
 
-def _reference(llm, tokens: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
+def _reference(llm, tokens: list[int]) -> list[int]:
     """llama-cpp-python's own loop, greedy, from an empty cache."""
     llm.reset()
     gen = llm.generate(tokens, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
@@ -30,7 +30,7 @@ def _reference(llm, tokens: list[int]) -> list[int]:  # type: ignore[no-untyped-
 
 
 @pytest.mark.parametrize("which", ["default", "qwen2"])
-def test_vanilla_loop_matches_llama_cpp_pythons_generate(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+def test_vanilla_loop_matches_llama_cpp_pythons_generate(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:
     import llama_cpp
     from llama_cpp import Llama
 
@@ -61,7 +61,7 @@ def test_vanilla_loop_matches_llama_cpp_pythons_generate(which: str, model_path:
         llm.close()
 
 
-def test_a_grammar_constrains_the_answer_and_logprobs_are_the_models(model_path: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+def test_a_grammar_constrains_the_answer_and_logprobs_are_the_models(model_path: Path, native_build) -> None:
     import llama_cpp
     from llama_cpp import Llama
 
@@ -93,7 +93,7 @@ def test_a_grammar_constrains_the_answer_and_logprobs_are_the_models(model_path:
 
 
 @pytest.mark.parametrize("which", ["default", "qwen2"])
-def test_greedy_pick_is_the_greedy_samplers_token(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_pick_is_the_greedy_samplers_token(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:
     """Plain greedy decoding takes the arg max natively (specee_greedy) instead of llama.cpp's chain:
     at every step of three answers the chain, asked about the same logits, picks the same token (the
     tiny model's random weights give near-ties)."""
@@ -129,7 +129,7 @@ def test_greedy_pick_is_the_greedy_samplers_token(which: str, model_path: Path, 
 
 
 @pytest.mark.parametrize("which", ["default", "qwen2"])
-def test_native_steps_answer_as_one_token_at_a_time(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:  # type: ignore[no-untyped-def]
+def test_native_steps_answer_as_one_token_at_a_time(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:
     """Several tokens a native call (step_us > 0) give the same answer as one token a call, greedy and
     sampled with a seed, and a second turn that reuses a cache left decoded past where its consumer
     stopped answers as a cold one; at most max_tokens come, and the last of them is not decoded."""

@@ -251,12 +251,12 @@ def test_idle_worker_does_not_spin(model_path: Path, monkeypatch: pytest.MonkeyP
     assert busy < 0.1, f"an idle worker used {busy:.2f}s of CPU in 2s"
 
 
-def _cpu_s(proc) -> float:  # type: ignore[no-untyped-def]
+def _cpu_s(proc) -> float:
     t = proc.cpu_times()
     return float(t.user + t.system)
 
 
-def _cpu_once_idle(proc, window_s: float = 0.5, deadline_s: float = 60.0) -> float:  # type: ignore[no-untyped-def]
+def _cpu_once_idle(proc, window_s: float = 0.5, deadline_s: float = 60.0) -> float:
     """The process's CPU seconds once a whole window passes in which it used almost none (under 2%
     of a core); fails if that never happens: it keeps spinning."""
     give_up = time.monotonic() + deadline_s

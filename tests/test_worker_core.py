@@ -70,7 +70,7 @@ def test_a_load_and_a_greedy_answer(core: WorkerCore, out: Recorder, model_path:
     core.handle(load(model_path))
     (loaded,) = out.take()
     assert isinstance(loaded, p.Loaded) and loaded.n_ctx == 1024 and loaded.mode == p.Mode.VANILLA
-    assert not core.session.has_background_work()  # type: ignore[union-attr]
+    assert not core.session.has_background_work()
     core.handle(p.Generate("a", QUESTION, p.Sampling.greedy(12)))
     events = out.take()
     done = done_of(events, "a")
@@ -120,14 +120,14 @@ def test_a_refused_load_keeps_the_model(core: WorkerCore, out: Recorder, model_p
     core.handle(load(model_path, placement=p.Placement(n_ctx=10)))
     error, kept = out.take()
     assert isinstance(error, p.Error) and error.kind == p.ErrorKind.BAD_SETTINGS and "context length" in error.message
-    assert isinstance(kept, p.Loaded) and kept.kept and kept.name == loaded.name
+    assert isinstance(kept, p.Loaded) and kept.kept and kept.name == loaded.name  # type: ignore[attr-defined]
     assert core.session is session
     # a file that is no model: the model that was running loads again, and the refusal says so
     core.handle(load(model_path, model_path=str(tmp_path / "missing.gguf")))
     error, kept = out.take()
     assert isinstance(error, p.Error) and error.kind == p.ErrorKind.MODEL_FILE
-    assert error.message.endswith(f"{loaded.name} stays loaded, as it was.")
-    assert isinstance(kept, p.Loaded) and kept.kept and kept.model_path == loaded.model_path
+    assert error.message.endswith(f"{loaded.name} stays loaded, as it was.")  # type: ignore[attr-defined]
+    assert isinstance(kept, p.Loaded) and kept.kept and kept.model_path == loaded.model_path  # type: ignore[attr-defined]
     core.handle(p.Generate("after", QUESTION, p.Sampling.greedy(4)))
     assert done_of(out.take(), "after").n_generated == 4
 
@@ -165,7 +165,7 @@ def test_a_count_comes_at_once_while_answers_decode_together(core: WorkerCore, o
     core.step()
     assert any(isinstance(e, p.TokenCount) and e.request_id == "c" for e in out.events)
     assert not any(isinstance(e, p.Done) for e in out.events)  # before the answer ends
-    while core.together.busy:  # type: ignore[union-attr]
+    while core.together.busy:
         core.step()
     assert done_of(out.take(), "a").n_generated == 24
 
@@ -187,7 +187,7 @@ def test_idle_work_measures_vanilla_for_an_explicit_mode(
     core.handle(load(model_path, mode=p.Mode.NGRAM, measure_reference=True))
     (loaded,) = out.take()
     assert isinstance(loaded, p.Loaded) and loaded.mode == p.Mode.NGRAM
-    while core.session.has_background_work():  # type: ignore[union-attr]
+    while core.session.has_background_work():
         assert core.step()
     (decided,) = out.take()
     assert isinstance(decided, p.AutoDecided) and decided.mode == p.Mode.NGRAM and decided.measured_tok_s["vanilla"] > 0

@@ -47,7 +47,7 @@ def solo_answer(worker: WorkerClient, text: str, max_tokens: int) -> p.Done:
     return done
 
 
-def collect(worker: WorkerClient, rids: list[str], on_event=None) -> dict[str, list[p.Message]]:  # type: ignore[no-untyped-def]
+def collect(worker: WorkerClient, rids: list[str], on_event=None) -> dict[str, list[p.Message]]:
     """Every request's events up to its Done; on_event(event, events so far) may send more requests
     (returning their ids)."""
     events: dict[str, list[p.Message]] = {rid: [] for rid in rids}
@@ -107,8 +107,8 @@ def test_a_request_arriving_while_others_decode_joins_at_once(solo: WorkerClient
         return []
 
     events = collect(together, [long_rid], on_event)
-    assert events[long_rid][-1].tokens == want_long.tokens  # type: ignore[union-attr]
-    assert events[sent[0]][-1].tokens == want_short.tokens  # type: ignore[union-attr]
+    assert events[long_rid][-1].tokens == want_long.tokens  # type: ignore[attr-defined]
+    assert events[sent[0]][-1].tokens == want_short.tokens  # type: ignore[attr-defined]
 
 
 def test_cancelling_one_answer_leaves_the_others_intact(solo: WorkerClient, together: WorkerClient) -> None:
@@ -116,7 +116,7 @@ def test_cancelling_one_answer_leaves_the_others_intact(solo: WorkerClient, toge
     victim = together.generate(_chat(COUNT), p.Sampling.greedy(400))
     rids = {together.generate(_chat(q), p.Sampling.greedy(48)): q for q in QUESTIONS[1:4]}
 
-    def on_event(msg: p.Message, _events: dict) -> list[str]:  # type: ignore[type-arg]
+    def on_event(msg: p.Message, _events: dict) -> list[str]:
         if isinstance(msg, p.Token) and msg.request_id == victim and msg.index >= 4 and not on_event.done:  # type: ignore[attr-defined]
             together.cancel(victim)
             on_event.done = True  # type: ignore[attr-defined]
@@ -128,7 +128,7 @@ def test_cancelling_one_answer_leaves_the_others_intact(solo: WorkerClient, toge
     assert isinstance(cancelled, p.Done) and cancelled.finish_reason == "cancelled"
     assert 5 <= cancelled.n_generated < 400
     for rid, q in rids.items():
-        assert events[rid][-1].tokens == want[q]  # type: ignore[union-attr]
+        assert events[rid][-1].tokens == want[q]  # type: ignore[attr-defined]
     # and the worker answers on
     assert solo_answer(together, QUESTIONS[0], 8).tokens == solo_answer(solo, QUESTIONS[0], 8).tokens
 
@@ -142,14 +142,14 @@ def test_a_grammar_request_waits_for_the_batch_then_answers_alone(together: Work
     after = together.generate(_chat(QUESTIONS[1]), p.Sampling.greedy(8))
     order: list[str] = []
 
-    def on_event(msg: p.Message, _events: dict) -> list[str]:  # type: ignore[type-arg]
+    def on_event(msg: p.Message, _events: dict) -> list[str]:
         if isinstance(msg, p.Done):
             order.append(msg.request_id)
         return []
 
     events = collect(together, [first, grammar_rid, after], on_event)
     assert order == [first, grammar_rid, after]
-    assert events[grammar_rid][-1].text in ("yes!", "no!")  # type: ignore[union-attr]
+    assert events[grammar_rid][-1].text in ("yes!", "no!")  # type: ignore[attr-defined]
 
 
 def test_the_accelerated_modes_keep_one_request_at_a_time(model_path: Path) -> None:
@@ -172,5 +172,5 @@ def test_the_accelerated_modes_keep_one_request_at_a_time(model_path: Path) -> N
 def test_parallel_is_checked() -> None:
     for bad in (0, -1, p.N_PARALLEL_MAX + 1, 1000, 2.5, True):
         with pytest.raises(p.SettingsError, match="parallel requests must be 1 to"):
-            p.Load(model_path="m.gguf", n_parallel=bad).validate()  # type: ignore[arg-type]
+            p.Load(model_path="m.gguf", n_parallel=bad).validate()
     p.Load(model_path="m.gguf", n_parallel=p.N_PARALLEL_MAX).validate()

@@ -16,6 +16,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 from urllib.parse import urlsplit
 
 from engine.bench.reopen import FILLER
@@ -27,11 +28,18 @@ from engine.serve.launcher import ServerProcess
 def _first_token_s(url: str, model: str, messages: list[dict[str, str]], max_tokens: int = 16) -> tuple[float, str]:
     """Seconds to the first streamed text, and the whole answer (openai client, streamed)."""
     import openai
+    from openai.types.chat import ChatCompletionMessageParam
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=900)
     t0 = time.perf_counter()
     first, text = 0.0, ""
-    chunks = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0, stream=True)
+    chunks = client.chat.completions.create(
+        model=model,
+        messages=cast("list[ChatCompletionMessageParam]", messages),
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+    )
     for chunk in chunks:
         piece = chunk.choices[0].delta.content if chunk.choices else None
         if piece:
@@ -43,6 +51,7 @@ def _first_token_s(url: str, model: str, messages: list[dict[str, str]], max_tok
 def _leave_while_read(url: str, model: str, messages: list[dict[str, str]]) -> None:
     """A streamed request whose client closes the connection once the prompt's reading began."""
     parts = urlsplit(url)
+    assert parts.hostname, url  # the server's own address
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=900)
     body = {"model": model, "messages": messages, "max_tokens": 16, "stream": True, "return_progress": True}
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
@@ -81,6 +90,7 @@ def run_mode(model: Path, mode: str, n_tokens: int, n_ctx: int, pause_s: float) 
 
 def _get(url: str, path: str) -> str:
     parts = urlsplit(url)
+    assert parts.hostname, url  # the server's own address
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     conn.request("GET", path)
     return conn.getresponse().read().decode()

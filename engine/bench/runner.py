@@ -71,7 +71,7 @@ def run_bench(
             n_draft = int(opt) if worker_mode in ("eagle", "draft") and opt else 0
             specee_opt = opt if worker_mode == "specee" else ""
             drafter = opt if worker_mode == "ngram" else ""
-            placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers or 0, layout=layout)
+            placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers or 0, layout=layout)  # type: ignore[arg-type]  # the CLI's string: Placement makes it a Layout
             loaded = client.load(
                 model_path, placement, mode=worker_mode, n_draft=n_draft, exit_check_every=int(specee_opt == "check"),
                 exit_fill=specee_opt != "nofill", exits=specee_opt != "noexit", drafter=drafter,
@@ -109,11 +109,11 @@ def run_bench(
                     got = sample(mode, prompt)
                     if got is not None:
                         runs[mode].append(got)
-            for mode, got in runs.items():
-                if got and mode in active:
-                    reports[mode].samples.append(sorted(got, key=lambda s: s.decode_tok_s)[len(got) // 2])
-                    if len(got) >= 2 and got[0].decode_tok_s > 0:
-                        reports[mode].self_ratios[prompt.id] = got[1].decode_tok_s / got[0].decode_tok_s
+            for mode, taken in runs.items():
+                if taken and mode in active:
+                    reports[mode].samples.append(sorted(taken, key=lambda s: s.decode_tok_s)[len(taken) // 2])
+                    if len(taken) >= 2 and taken[0].decode_tok_s > 0:
+                        reports[mode].self_ratios[prompt.id] = taken[1].decode_tok_s / taken[0].decode_tok_s
         if "vanilla" in reports:
             _vanilla_margins(clients["vanilla"], reports, prompts, sampling)
     finally:
@@ -184,7 +184,7 @@ class _Peer:
         log = cache_dir() / "logs" / f"peer-{drafter or 'plain'}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self.server = PeerServer(binary, model, threads, n_ctx, spec, log)
-        self.loaded = p.Loaded(n_threads=threads, placement=p.Placement(n_ctx=n_ctx, n_threads=threads, layout="last"),
+        self.loaded = p.Loaded(n_threads=threads, placement=p.Placement(n_ctx=n_ctx, n_threads=threads, layout=p.Layout.LAST),
                                plan=f"upstream llama-server {' '.join(spec) or '(no speculation)'}")  # fmt: skip
         self._is_eog = is_end_of_generation
 

@@ -175,14 +175,16 @@ def _round_trip(client: Client, streamed: bool, max_tokens: int) -> tuple[bool |
 def cases(client: Client, max_tokens: int) -> list[tuple[str, Callable[[], tuple[bool | None, str, dict[str, Any]]]]]:
     keys = {"get_weather": {"city"}, "get_time": {"zone"}}
 
-    def call(tool_choice: Any, streamed: bool = False, messages: list[dict[str, Any]] = ASK, parallel: bool = False):  # type: ignore[no-untyped-def]
+    def call(
+        tool_choice: Any, streamed: bool = False, messages: list[dict[str, Any]] = ASK, parallel: bool = False
+    ) -> tuple[bool | None, str, dict[str, Any]]:
         ask = client.chat_streamed if streamed else client.chat
         msg = ask(messages=messages, tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=parallel, max_tokens=max_tokens)
         names = {tool_choice["function"]["name"]} if isinstance(tool_choice, dict) else set(keys)
         ok, why = _call_ok(msg, names, keys)
         return (ok if tool_choice != "auto" else None), why, msg
 
-    def schema(kind: str, streamed: bool = False):  # type: ignore[no-untyped-def]
+    def schema(kind: str, streamed: bool = False) -> tuple[bool | None, str, dict[str, Any]]:
         ask = client.chat_streamed if streamed else client.chat
         fmt = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": PERSON}}
         if kind == "json_object":

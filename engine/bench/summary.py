@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine import protocol as p
 from engine.bench.fidelity import TIE_GAP, ended_early, first_divergence
@@ -22,7 +23,7 @@ class Sample:
     decode_tok_s: float
     finish: str
     tokens: list[int] = field(default_factory=list)
-    accel: dict[str, float] = field(default_factory=dict)
+    accel: dict[str, Any] = field(default_factory=dict)
     margins: list[float] = field(default_factory=list)  # vanilla: top-2 logit gap per token (fidelity pass)
 
 
@@ -139,7 +140,9 @@ def _intervals_by_category(per_prompt: dict[str, float], categories: dict[str, s
 
 def _fidelity_summary(samples: list[Sample], ref: dict[str, Sample]) -> dict:
     """Early endings and, at each prompt's first divergence, vanilla's top-2 logit gap there."""
-    early, ties, real = [], [], []
+    early: list[str] = []
+    ties: list[dict[str, Any]] = []
+    real: list[dict[str, Any]] = []
     for s in samples:
         v = ref.get(s.prompt_id)
         if v is None:

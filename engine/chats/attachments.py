@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 MAX_FILE_BYTES = 2_000_000  # a text file: ~500,000 words, far past any local model's context
 MAX_PDF_BYTES = 50_000_000  # a PDF carries fonts and images; its text is checked against MAX_TEXT_CHARS
@@ -42,11 +43,11 @@ class Attachment:
     language: str = ""  # code: its language (the fence's tag)
     pages: int = 0  # pdf: its pages
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> Attachment:
+    def from_dict(cls, d: dict[str, Any]) -> Attachment:
         return cls(
             str(d["name"]), str(d.get("kind", "text")), int(d.get("size", 0)), str(d.get("text", "")),
             str(d.get("language", "")), int(d.get("pages", 0)),
@@ -124,7 +125,7 @@ def _decode(name: str, data: bytes) -> str:
     return text.replace("\r\n", "\n")
 
 
-def _pdf(name: str, size: int, f) -> Attachment:  # type: ignore[no-untyped-def]
+def _pdf(name: str, size: int, f: BinaryIO) -> Attachment:
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 

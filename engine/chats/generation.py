@@ -7,6 +7,7 @@ validate() checks them with the protocol's own limits (Sampling.validate, N_CTX_
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from engine import protocol as p
 
@@ -89,7 +90,7 @@ class Generation:
                 f"Context length must be 0 (the app's setting) or {p.N_CTX_MIN}..{p.N_CTX_MAX} tokens, got {self.n_ctx}"
             )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod

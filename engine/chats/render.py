@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -53,7 +54,7 @@ def local_engine(engine: str) -> tuple[str, str]:
     return (name, mode.removesuffix(")")) if sep and mode.endswith(")") else (label, "")
 
 
-def message_footer(m: dict, live: bool = False) -> list[str]:
+def message_footer(m: dict[str, Any], live: bool = False) -> list[str]:
     """The lines under a question: its files. Under an answer: its speed, which engine wrote it (the local model and its mode, or
     the remote endpoint and model), and whether it was stopped, cut at the length limit or
     interrupted (each of which Continue can go on from). live: the answer is being written now (its
@@ -135,6 +136,7 @@ def _lexer(code: str, language: str) -> Lexer:
     try:
         # no guessing for an unlabelled block: guess_lexer tries every lexer (slow while streaming)
         # and often guesses wrong on a few lines
-        return get_lexer_by_name(language) if language else TextLexer()
+        lexer: Lexer = get_lexer_by_name(language) if language else TextLexer()
     except ClassNotFound:
-        return TextLexer()
+        lexer = TextLexer()
+    return lexer

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from engine import protocol as p
 from engine.chats.attachments import Attachment, with_attachments
@@ -50,7 +51,7 @@ ERROR_TITLES: dict[str, str] = {
 }
 
 
-def message_version(m: dict) -> tuple[int, int]:
+def message_version(m: dict[str, Any]) -> tuple[int, int]:
     """Which version a message is among those at its place, and how many there are: (2, 3) reads "2/3"."""
     versions = m.get("versions") or []
     return (versions.index(m.get("id")) + 1, len(versions)) if m.get("id") in versions else (1, 1)
@@ -63,10 +64,10 @@ class ChatSession:
     # (None: Generation()'s, whose answers run as long as the context has room)
     sampling: p.Sampling = None  # type: ignore[assignment]  # None becomes the default in __post_init__
     system_prompt: str = ""
-    settings: dict = field(default_factory=dict)  # stored with the conversation (e.g. the preset)
+    settings: dict[str, Any] = field(default_factory=dict)  # stored with the conversation (e.g. the preset)
     conv_id: str | None = None
     # the branch shown: role, content, stats, id, interrupted, engine, finish, versions (ids of its siblings)
-    messages: list[dict] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)  # shown after the conversation
     request_id: str = ""
     answer: str = ""
@@ -257,7 +258,7 @@ class ChatSession:
             "part, or raise the context length (Generation…)."
         )
 
-    def set_settings(self, settings: dict) -> None:
+    def set_settings(self, settings: dict[str, Any]) -> None:
         self.settings = settings
         if self.conv_id and self.store:
             self.store.set_settings(self.conv_id, settings)

@@ -11,12 +11,14 @@ Qt-free: the GUI calls it from its thread (every call is short), tests use it di
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.chats.attachments import Attachment
 from engine.paths import data_dir
@@ -90,7 +92,7 @@ LEAF = object()  # append()'s default parent: the end of the branch shown
 class Message:
     role: str
     content: str
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
     complete: bool = True
     id: int = 0
     engine: str = ""  # which engine answered (see ChatSession.engine); '' for questions and older answers
@@ -105,11 +107,11 @@ class Conversation:
     id: str
     title: str
     system_prompt: str = ""
-    settings: dict = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     created: float = 0.0
     updated: float = 0.0
     messages: list[Message] = field(default_factory=list)  # the branch shown, first message to leaf
-    generation: dict = field(default_factory=dict)  # the chat's generation controls (engine.chats.generation)
+    generation: dict[str, Any] = field(default_factory=dict)  # the chat's generation controls (engine.chats.generation)
 
 
 def default_path() -> Path:
@@ -166,7 +168,11 @@ class ConversationStore:
     # -- conversations --------------------------------------------------------------------------
 
     def create(
-        self, title: str = "New chat", system_prompt: str = "", settings: dict | None = None, generation: dict | None = None
+        self,
+        title: str = "New chat",
+        system_prompt: str = "",
+        settings: dict[str, Any] | None = None,
+        generation: dict[str, Any] | None = None,
     ) -> Conversation:
         now = time.time()
         conv = Conversation(uuid.uuid4().hex, title, system_prompt, settings or {}, now, now, generation=generation or {})
@@ -198,10 +204,10 @@ class ConversationStore:
             (conv_id,),
         ).fetchall()
         by_id = {m[0]: m for m in rows}
-        children: dict[int | None, list[int]] = {}
+        children: dict[int | None, builtins.list[int]] = {}
         for m in rows:
             children.setdefault(m[6], []).append(m[0])
-        path: list[int] = []
+        path: builtins.list[int] = []
         at = self._leaf(conv_id)
         while at is not None and at in by_id and len(path) <= len(rows):
             path.append(at)
@@ -213,9 +219,9 @@ class ConversationStore:
         ]
         return conv
 
-    def attachments(self, msg_ids: list[int]) -> dict[int, list[Attachment]]:
+    def attachments(self, msg_ids: builtins.list[int]) -> dict[int, builtins.list[Attachment]]:
         """The files sent with these messages, by message id, in the order they were attached."""
-        found: dict[int, list[Attachment]] = {}
+        found: dict[int, builtins.list[Attachment]] = {}
         for i in range(0, len(msg_ids), 500):
             chunk = msg_ids[i : i + 500]
             rows = self.db.execute(
@@ -258,7 +264,8 @@ class ConversationStore:
         row = self.db.execute("SELECT parent_id FROM messages WHERE id = ? AND conversation_id = ?", (msg_id, conv_id)).fetchone()
         if row is None:
             raise StoreError(f"no message {msg_id} in {conv_id}")
-        return row[0]
+        parent: int | None = row[0]
+        return parent
 
     def rename(self, conv_id: str, title: str) -> None:
         self._update(conv_id, "title", title.strip() or "Untitled")
@@ -266,10 +273,10 @@ class ConversationStore:
     def set_system_prompt(self, conv_id: str, text: str) -> None:
         self._update(conv_id, "system_prompt", text)
 
-    def set_settings(self, conv_id: str, settings: dict) -> None:
+    def set_settings(self, conv_id: str, settings: dict[str, Any]) -> None:
         self._update(conv_id, "settings", json.dumps(settings))
 
-    def set_generation(self, conv_id: str, generation: dict) -> None:
+    def set_generation(self, conv_id: str, generation: dict[str, Any]) -> None:
         self._update(conv_id, "generation", json.dumps(generation))
 
     def delete(self, conv_id: str) -> None:
@@ -299,10 +306,10 @@ class ConversationStore:
         role: str,
         content: str,
         complete: bool = True,
-        stats: dict | None = None,
+        stats: dict[str, Any] | None = None,
         engine: str = "",
         parent: int | object | None = LEAF,
-        attachments: list[Attachment] | None = None,
+        attachments: builtins.list[Attachment] | None = None,
     ) -> int:
         """A message after parent (LEAF: the end of the branch shown; None: a new first message),
         with the files sent with it; the branch through it becomes the one shown."""
@@ -328,14 +335,15 @@ class ConversationStore:
                 )
             now = time.time()
             self.db.execute("UPDATE conversations SET updated = ?, leaf_id = ? WHERE id = ?", (now, cur.lastrowid, conv_id))
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None  # an INSERT sets it
+        return cur.lastrowid
 
     def update_message(
         self,
         msg_id: int,
         content: str,
         complete: bool,
-        stats: dict | None = None,
+        stats: dict[str, Any] | None = None,
         engine: str | None = None,
         finish: str | None = None,
     ) -> None:
@@ -358,7 +366,7 @@ class ConversationStore:
         )
         self.select(conv_id, parent)
 
-    def search(self, query: str, mark: tuple[str, str] = ("[", "]")) -> list[tuple[str, str]]:
+    def search(self, query: str, mark: tuple[str, str] = ("[", "]")) -> builtins.list[tuple[str, str]]:
         """(conversation id, snippet) of messages matching the words of query, best first; the
         snippet is a few words around the match, each matching word between the two marks."""
         fts = _fts_query(query)
@@ -371,7 +379,7 @@ class ConversationStore:
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
-    def matches(self, conv_id: str, query: str) -> list[int]:
+    def matches(self, conv_id: str, query: str) -> builtins.list[int]:
         """The ids of conversation conv_id's messages (on any branch) matching the words of query, best first."""
         fts = _fts_query(query)
         if not fts:
@@ -464,7 +472,7 @@ class ConversationStore:
         conv = self.create(
             str(data.get("title") or "Imported chat"), str(data.get("system_prompt", "")), data.get("settings"), generation
         )
-        ids: list[int] = []
+        ids: builtins.list[int] = []
         for role, content, stats, engine, finish, parent, files in messages:
             at = ids[parent] if parent >= 0 else None
             ids.append(self.append(conv.id, role, content, True, stats, engine, parent=at, attachments=files))
@@ -475,7 +483,7 @@ class ConversationStore:
         return self.get(conv.id)
 
 
-def _parent_index(m: dict, i: int) -> int:
+def _parent_index(m: dict[str, Any], i: int) -> int:
     """An exported message's parent: an earlier message's index, or -1 for a first message."""
     parent = m.get("parent")
     if parent is None:

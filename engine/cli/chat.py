@@ -42,8 +42,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     system = args.system or SYSTEM_PRESETS.get(args.preset or "None", "")
     chat = ChatSession(None, p.Sampling(seed=args.seed), system_prompt=system)
     try:  # the window's Generation controls, checked by the same rules
-        gen = Generation(args.temperature, args.top_p, args.top_k, args.min_p, args.repeat_penalty, args.max_tokens)
-        chat.set_generation(gen)
+        controls = Generation(args.temperature, args.top_p, args.top_k, args.min_p, args.repeat_penalty, args.max_tokens)
+        chat.set_generation(controls)
     except p.SettingsError as exc:
         print(f"specee chat: {exc}", file=sys.stderr)
         return 2
@@ -82,9 +82,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                             if reading:  # the progress line goes: the answer starts on a clean line
                                 print("\r\033[K", end="", file=sys.stderr, flush=True)
                                 reading = False
-                            print(ev.text, end="", flush=True)  # type: ignore[union-attr]
+                            print(ev.text, end="", flush=True)  # type: ignore[attr-defined]  # a Token: on_event said so
                         elif kind == "stats":
-                            stats = ev  # type: ignore[assignment]
+                            stats = ev  # type: ignore[assignment]  # a Stats: on_event said so
                         elif kind == "notice":
                             print(f"\n[{chat.notices[-1]}]", file=sys.stderr)
                 except KeyboardInterrupt:
@@ -181,7 +181,7 @@ def _chat_set(chat: ChatSession, spec: str) -> str:
     if name not in asdict(gen) or name == "n_ctx":
         return f"no control {name!r}; /set alone lists them"
     try:
-        new = replace(gen, **{name: (int if name in ("top_k", "max_tokens") else float)(value)})
+        new = replace(gen, **{name: (int if name in ("top_k", "max_tokens") else float)(value)})  # type: ignore[arg-type]  # the named control's type
         chat.set_generation(new)
     except ValueError as exc:  # SettingsError too: the limits in words
         return str(exc) if isinstance(exc, p.SettingsError) else f"{name} needs a number, got {value!r}"

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engine.cli.resolve import resolve_model
 from engine.paths import RESOURCES_DIR
 
 
-def _trainer(module: str, name: str):  # type: ignore[no-untyped-def]
+def _trainer(module: str, name: str) -> Callable[..., Any] | None:
     """A trainer entry point, or None (with how to get it) when the `train` extra is missing."""
     import importlib
 

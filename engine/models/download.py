@@ -20,9 +20,13 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.models.registry import ModelRecord, ModelRegistry
 from engine.paths import data_dir
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
 
 CHUNK = 1 << 20
 DISK_MARGIN = 256 << 20  # keep this much free after the download
@@ -68,7 +72,7 @@ def _token() -> str | None:
         return None
 
 
-def _api():  # type: ignore[no-untyped-def]
+def _api() -> HfApi:
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=endpoint(), token=_token())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,7 @@ def load_predictors(path: Path, model_path: Path | None = None) -> ExitPredictor
     except (OSError, ValueError, IndexError, KeyError) as exc:
         raise AccelerationError("bad_predictors", f"exit predictors {path.name} are unreadable or truncated ({exc}).") from None
 
-    def field_value(key: str):  # type: ignore[no-untyped-def]
+    def field_value(key: str) -> Any:
         f = r.fields.get(key)
         if f is None:
             raise AccelerationError("bad_predictors", f"exit predictors {path.name} lack {key}; re-export them.")

@@ -5,6 +5,8 @@ values (f32/f16): a few thousand reads, milliseconds."""
 
 from __future__ import annotations
 
+from typing import BinaryIO
+
 import numpy as np
 
 from engine.models.gguf_file import GGUFInfo, ModelFileError
@@ -60,7 +62,7 @@ def check_weights(info: GGUFInfo) -> None:
         )
 
 
-def _read(fh, offset: int, width: int, dtype: type) -> float:  # type: ignore[no-untyped-def]
+def _read(fh: BinaryIO, offset: int, width: int, dtype: type) -> float:
     fh.seek(offset)
     raw = fh.read(width)
     return float(np.frombuffer(raw, dtype=dtype)[0]) if len(raw) == width else float("nan")

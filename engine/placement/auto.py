@@ -23,7 +23,7 @@ def placement_for(
     pack = find_pack(Path(model_path))
     exits = exits_from_manifest(pack.manifest, facts.n_layer) if pack and may_exit else None
     pl = plan(facts, this_machine(), exits, n_ctx, ctx_auto=False, n_threads=n_threads)
-    layout = "first" if pl.layout == "first" else "last"
+    layout = p.Layout.FIRST if pl.layout == "first" else p.Layout.LAST
     placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=pl.n_gpu_layers, layout=layout,
                             output_on_gpu=pl.output_on_gpu)  # fmt: skip
     return placement, pl

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
+from typing import Any
 
 from engine.hardware import detect
 from engine.placement.planner import Gpu, HardwareProfile
@@ -33,7 +35,7 @@ def cached_cpu_bandwidth() -> float | None:
     return float(cache[key]) if key in cache else None
 
 
-def _bandwidth_cache():  # type: ignore[no-untyped-def]
+def _bandwidth_cache() -> tuple[str, Path, dict[str, Any]]:
     from engine.paths import cache_dir
 
     hw = detect()
@@ -135,7 +137,9 @@ def this_machine(measure: bool = False) -> HardwareProfile:
                            hw.physical_cores, gpu, cpu_bw_measured=measured)  # fmt: skip
 
 
-def measure_memory(model_path, n_ctx: int, n_gpu_layers: int = 0, n_first: int = -1, output_on_gpu: bool = False) -> dict:  # type: ignore[no-untyped-def]
+def measure_memory(
+    model_path: str | Path, n_ctx: int, n_gpu_layers: int = 0, n_first: int = -1, output_on_gpu: bool = False
+) -> dict:
     """llama.cpp's dry-run measurement (model, KV context, compute buffers; host vs device bytes)."""
     from engine import native
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def synthetic(name: str, n_layer: int, params_b: float, bits: float, n_embd: int
     return ModelFacts(name, n_layer, [per_layer] * n_layer, output, 2 * n_head_kv * head_dim * KV_BYTES)
 
 
-MODEL_CLASSES = {
+MODEL_CLASSES: dict[str, Callable[[], ModelFacts]] = {
     "1B (Llama 3.2 1B, Q4_K_M)": lambda: synthetic("Llama-3.2-1B Q4_K_M", 16, 1.24, 4.85, 2048, 8, 64),
     "3B (Llama 3.2 3B, Q4_K_M)": lambda: synthetic("Llama-3.2-3B Q4_K_M", 28, 3.2, 4.85, 3072, 8, 128),
     "7B (Mistral 7B, Q4_K_M)": lambda: synthetic("Mistral-7B Q4_K_M", 32, 7.24, 4.85, 4096, 8, 128),

@@ -66,4 +66,5 @@ def decode(line: str | bytes) -> Message:
         version = data.get("protocol_version", 1)  # version 1 sent no version in Load
         if version != PROTOCOL_VERSION:
             raise VersionMismatch(version, "the engine" if cls is Ready else "the app")
-    return _build(cls, data, cls.TYPE)
+    msg: Message = _build(cls, data, cls.TYPE)
+    return msg

@@ -136,8 +136,8 @@ class Stats(Message):
     n_ctx_used: int = 0
     n_threads: int = 0  # decode threads in use: fewer than the cores while another process is busy
     # Mode-specific: eagle -> acceptance_length (tokens per target pass), accept_rate, drafted,
-    # accepted, draft/verify/feed ms per step.
-    accel: dict[str, float] = field(default_factory=dict)
+    # accepted, draft/verify/feed ms per step; specee also lists (exit_hist) and nested dicts.
+    accel: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

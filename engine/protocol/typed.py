@@ -27,7 +27,8 @@ class _Typed:
     validate() or the peer's decode to refuse with a clear message)."""
 
     def __post_init__(self) -> None:
-        for name, enum in _enum_fields(type(self)).items():
+        cls: type = type(self)  # hashable, as every class is (mypy reads a dataclass's unset __hash__ as the class's)
+        for name, enum in _enum_fields(cls).items():
             value = getattr(self, name)
             if isinstance(value, str) and not isinstance(value, enum) and value in enum._value2member_map_:
                 setattr(self, name, enum(value))

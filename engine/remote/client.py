@@ -30,7 +30,7 @@ from engine.remote.openai_api import (
     transport_error,
 )
 
-REMOTE_MODE = "remote"  # Loaded.mode and Stats.mode of a remote engine
+REMOTE_MODE = p.Mode.REMOTE  # Loaded.mode and Stats.mode of a remote engine
 STATS_INTERVAL_S = 0.25
 
 
@@ -134,7 +134,9 @@ class RemoteClient(EngineClient):
         elif isinstance(msg, p.Shutdown):
             self.stop()
         else:
-            self._dispatch(p.Error(getattr(msg, "request_id", ""), "bad_request", f"a remote engine cannot do '{msg.TYPE}'"))
+            self._dispatch(
+                p.Error(getattr(msg, "request_id", ""), p.ErrorKind.BAD_REQUEST, f"a remote engine cannot do '{msg.TYPE}'")
+            )
 
     def load(self, model: str = "", timeout: float = 60.0) -> p.Loaded:
         """Blocking (no on_event): pick the model ("" = the endpoint's, else the first listed)."""
@@ -151,16 +153,20 @@ class RemoteClient(EngineClient):
         try:
             models = list_models(self.endpoint, self._api_key, self.timeouts, http)
         except RemoteError as exc:
-            self._dispatch(p.Error("", exc.kind, str(exc)))
+            self._dispatch(p.Error("", exc.kind, str(exc)))  # type: ignore[arg-type]  # an unknown kind stays a string (EngineError)
             return
         ids = [m.id for m in models]
         if not model and not ids:
-            self._dispatch(p.Error("", "no_model", f"{self.endpoint.base_url} lists no models; load one on the server first"))
+            self._dispatch(
+                p.Error("", p.ErrorKind.NO_MODEL, f"{self.endpoint.base_url} lists no models; load one on the server first")
+            )
             return
         model = model or ids[0]
         if ids and model not in ids:
             offered = ", ".join(ids[:20])
-            self._dispatch(p.Error("", "no_model", f"{self.endpoint.base_url} has no model '{model}'; it offers: {offered}"))
+            self._dispatch(
+                p.Error("", p.ErrorKind.NO_MODEL, f"{self.endpoint.base_url} has no model '{model}'; it offers: {offered}")
+            )
             return
         self.model = model
         meta = next((m.meta for m in models if m.id == model), {})
@@ -181,7 +187,7 @@ class RemoteClient(EngineClient):
         try:
             gen.sampling.validate()
         except p.SettingsError as exc:
-            self._dispatch(p.Error(gen.request_id, "bad_settings", str(exc)))
+            self._dispatch(p.Error(gen.request_id, p.ErrorKind.BAD_SETTINGS, str(exc)))
             return
         req = _Request(gen)
         with self._lock:
@@ -189,7 +195,7 @@ class RemoteClient(EngineClient):
             if not busy:
                 self._current = req
         if busy:
-            self._dispatch(p.Error(gen.request_id, "busy", "an answer is still streaming; stop it first"))
+            self._dispatch(p.Error(gen.request_id, p.ErrorKind.BUSY, "an answer is still streaming; stop it first"))
             return
         threading.Thread(target=self._stream, args=(req,), name="remote-stream", daemon=True).start()
 
@@ -205,7 +211,7 @@ class RemoteClient(EngineClient):
             if req.over:
                 return
             req.over = True
-            self._finish(req, "cancelled")
+            self._finish(req, p.FinishReason.CANCELLED)
 
     # -- the stream's thread ----------------------------------------------------------------------
 
@@ -216,7 +222,7 @@ class RemoteClient(EngineClient):
         url = self.endpoint.url("chat/completions")
         body = chat_body(req.gen, self.model)
         last_stats = 0.0
-        finish = "stop"
+        finish = p.FinishReason.STOP
         try:
             for chunk in stream_chat(http, self.endpoint, self._api_key, body):
                 with req.lock:
@@ -232,7 +238,7 @@ class RemoteClient(EngineClient):
                     if chunk.n_completion:  # the server's count beats ours (a piece may hold several tokens)
                         req.n_generated = chunk.n_completion
                     req.n_prompt = chunk.n_prompt or req.n_prompt
-                    finish = chunk.finish_reason or finish
+                    finish = p.FinishReason(chunk.finish_reason) if chunk.finish_reason else finish  # stop or length
                     if now - last_stats >= STATS_INTERVAL_S and req.n_generated:
                         last_stats = now
                         self._dispatch(req.stats())
@@ -243,7 +249,7 @@ class RemoteClient(EngineClient):
                     return
                 req.over = True
                 self._release(req)
-                self._dispatch(p.Error(req.gen.request_id, error.kind, str(error)))
+                self._dispatch(p.Error(req.gen.request_id, error.kind, str(error)))  # type: ignore[arg-type]  # an unknown kind stays a string (EngineError)
             return
         with req.lock:
             if req.over:
@@ -258,6 +264,6 @@ class RemoteClient(EngineClient):
             if self._current is req:
                 self._current = None
 
-    def _finish(self, req: _Request, reason: str) -> None:
+    def _finish(self, req: _Request, reason: p.FinishReason) -> None:
         self._dispatch(req.stats())
         self._dispatch(p.Done(req.gen.request_id, reason, req.text, req.n_prompt, req.n_generated))

@@ -22,6 +22,7 @@ unaware of where answers come from."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -226,7 +227,7 @@ class EngineChoice:
             (self.local if local else self.client).send(msg)
             return True
         except EngineError as exc:
-            self._on_event(p.Error(getattr(msg, "request_id", ""), exc.kind, str(exc)))
+            self._on_event(p.Error(getattr(msg, "request_id", ""), exc.kind, str(exc)))  # type: ignore[arg-type]  # an unknown kind stays a string (EngineError)
             return False
 
     # -- choosing ----------------------------------------------------------------------------------
@@ -338,7 +339,7 @@ class EngineChoice:
         for e in self.endpoints.all():
             if names is None or e.name in names:
                 self.remote_models[e.name] = None
-                self._in_background(lambda e=e: self._list(e))
+                self._in_background(functools.partial(self._list, e))
         self._on_event(ListChanged())
 
     def _list(self, endpoint: Endpoint) -> None:
@@ -436,7 +437,7 @@ class EngineChoice:
             isinstance(msg, p.Error) and msg.kind in (p.ErrorKind.WORKER_DIED, p.ErrorKind.VERSION_MISMATCH)
         ):
             self.local_loaded = self.local_decided = None  # nothing to go back to without a new Load
-        if self.remote is None or isinstance(msg, p.Ready) or getattr(msg, "request_id", ""):
+        if self.remote is None or isinstance(msg, p.Ready) or bool(getattr(msg, "request_id", "")):
             self._on_event(msg)  # Ready: the worker's build (for About), whichever engine answers
             if isinstance(msg, p.Loaded) and self.remote is None:
                 self._try_restore()
@@ -446,7 +447,7 @@ class EngineChoice:
     def _on_remote(self, client: EngineClient, msg: p.Message) -> None:
         # a replaced client's request events still pass (its stopped answer's Done), nothing else
         current = client is self.remote
-        if isinstance(msg, p.Ready) or not (current or getattr(msg, "request_id", "")):
+        if isinstance(msg, p.Ready) or not (current or bool(getattr(msg, "request_id", ""))):
             return
         self._remote_loaded = self._remote_loaded or (current and isinstance(msg, p.Loaded))
         self._on_event(msg)

@@ -195,7 +195,7 @@ class EngineBridge:
         try:
             self._client.start()
             await self._wait_control(p.Ready, 120)
-            self._client.send(p.Load(str(self.model_path), self.placement, self.requested_mode, n_parallel=self.parallel))
+            self._client.send(p.Load(str(self.model_path), self.placement, self.requested_mode, n_parallel=self.parallel))  # type: ignore[arg-type]  # as in WorkerClient.load
             loaded = await self._wait_control(p.Loaded, 900)
         except (WorkerError, TimeoutError) as exc:
             why = for_clients(exc.kind, str(exc)) if isinstance(exc, WorkerError) else str(exc)

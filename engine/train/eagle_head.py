@@ -81,7 +81,7 @@ class EagleHead(nn.Module):
         self.lm_head = nn.Linear(e, cfg.draft_vocab, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab, dtype=torch.long))
 
-    def _qkv(self, tokens: torch.Tensor, g: torch.Tensor, pos: torch.Tensor):  # type: ignore[no-untyped-def]
+    def _qkv(self, tokens: torch.Tensor, g: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, n, _ = g.shape
         x = torch.cat([self.attn_norm(self.embed[tokens]), self.attn_norm_2(g)], dim=-1)
         q = self.wq(x).view(b, n, self.cfg.n_head, self.head_dim).transpose(1, 2)

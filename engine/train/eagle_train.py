@@ -10,6 +10,7 @@ import random
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -168,7 +169,9 @@ def training_run_key(seqs: list, draft_ids: np.ndarray, cfg: dict, steps: int, m
 
 def make_batches(seqs: list, max_tokens: int, rng: random.Random) -> list[list[int]]:
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i][1]))
-    batches, cur, longest = [], [], 0
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
     for i in order:
         n = len(seqs[i][1])
         if cur and max(longest, n) * (len(cur) + 1) > max_tokens:
@@ -379,7 +382,7 @@ def train_head(
                 checkpoint(epoch, i + 1)
                 saved_at = time.monotonic()
         bar.close()
-        entry = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "elapsed_s": time.monotonic() - t_start}
+        entry: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "elapsed_s": time.monotonic() - t_start}
         if eval_seqs:
             entry["eval"] = evaluate(head, eval_seqs, steps, t2d)
             print(json.dumps(entry))

@@ -134,7 +134,7 @@ def _save(path: Path, parts: dict[str, list[np.ndarray]], done: set[str]) -> Non
     for k, v in arrays.items():
         parts[k] = [v]
     with open(tmp, "wb") as f:
-        np.savez(f, done=np.array(json.dumps(sorted(done))), **arrays)
+        np.savez(f, done=np.array(json.dumps(sorted(done))), **arrays)  # type: ignore[arg-type]  # numpy's stub: **arrays could name allow_pickle
     tmp.replace(path)
 
 
@@ -251,7 +251,9 @@ def step_cost(
     return float(cost.mean())
 
 
-def choose_schedule(z, y, thr, n_layer: int, head_cost: float, check_cost: float) -> list[int]:  # type: ignore[no-untyped-def]
+def choose_schedule(
+    z: np.ndarray, y: np.ndarray, thr: np.ndarray, n_layer: int, head_cost: float, check_cost: float
+) -> list[int]:
     """Drop layers whose checks cost more than their exits save (greedy backward elimination)."""
     schedule = [layer for layer in range(n_layer) if np.isfinite(thr[layer])]
     best = step_cost(z, y, thr, schedule, n_layer, head_cost, check_cost)

@@ -37,7 +37,7 @@ def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]
         may_exit = load.mode in (p.Mode.SPECEE, p.Mode.AUTO)
         placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads, may_exit)
     except (ModelFileError, OSError, RuntimeError, ValueError, KeyError) as exc:
-        cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout="last")
+        cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout=p.Layout.LAST)
         return cpu, f"no placement plan ({exc}); all layers on the CPU", {}
     prefix = "cpu/" if plan.layout == "cpu" else f"{plan.layout}-layers/"
     predicted = {key.removeprefix(prefix): tok_s for key, tok_s in plan.alternatives.items() if key.startswith(prefix)}

@@ -13,7 +13,7 @@ from llama_cpp import Llama
 from engine import protocol as p
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
 from engine.llm.load import capture_head_layers
-from engine.models.acceleration import AccelerationError, check_eagle_head, find_pack, head_target_layers
+from engine.models.acceleration import AccelerationError, AccelerationPack, check_eagle_head, find_pack, head_target_layers
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
 from engine.models.gguf_file import GGUFInfo, ModelFileError
@@ -87,7 +87,9 @@ class ModeMakers:
             if exits is None:
                 why_not["specee"] = missing("SpecEE exit predictors", "exits")
             else:
-                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
+                # the ignore: SpecEEDecoder.restorable is a property, Decoder declares a settable
+                # attribute (TODO(issue 47 §4): engine/llm/decoders/interface.py, with the llama.h rewrite)
+                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)  # type: ignore[assignment,return-value]
             if load.mode != p.Mode.VANILLA and self.placement.n_gpu_layers != 0:
                 self._capture_head_layers(head)
             if not flags.eagle_measured and load.mode == p.Mode.AUTO:
@@ -108,11 +110,12 @@ class ModeMakers:
             return  # the decoder that needs the head says what is wrong with it, when asked for
         capture_head_layers(self.llm, layers)
 
-    def _eagle_decoder(self, load: p.Load, pack, head: Path) -> DrafterDecoder:  # type: ignore[no-untyped-def]
+    def _eagle_decoder(self, load: p.Load, pack: AccelerationPack | None, head: Path) -> DrafterDecoder:
         try:
             check_eagle_head(head, Path(load.model_path))
             # an explicit chain length is verified whole every step, as asked; by default the chain is
             # the head's trained length and each step verifies only the drafts that pay here
+            assert pack is not None  # the head is the pack's
             n_draft = load.n_draft or int(pack.manifest.get("eagle", {}).get("n_draft", 3))
             gated = not load.n_draft
             return DrafterDecoder(self.llm, "eagle", n_draft, self.n_threads, head, self._head_on_gpu(), gated=gated)

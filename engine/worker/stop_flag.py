@@ -42,7 +42,7 @@ class StopReading:
     def __init__(self, ctx: int, cancelled: threading.Event | StopFlag) -> None:
         self._ctx = ctx
         self._on = isinstance(cancelled, StopFlag)
-        if self._on:
+        if isinstance(cancelled, StopFlag):
             set_abort, requested = interrupt_hooks()
             set_abort(ctx, requested, cancelled.address)
 

@@ -53,7 +53,7 @@ def _no_download(url: str, out: str | None = None) -> str:
 
 
 # their utils.py imports wget (for download_file) at the top; it is not a dependency of ours
-sys.modules.setdefault("wget", types.SimpleNamespace(download=_no_download))  # type: ignore[arg-type]
+sys.modules.setdefault("wget", types.SimpleNamespace(download=_no_download))
 sys.path.insert(0, str(SUITE))
 import utils  # noqa: E402  (theirs: tools/server/tests/utils.py)
 
@@ -100,7 +100,7 @@ class _Pool:
 POOL = _Pool()
 
 
-class ServerProcess(utils.ServerProcess):  # type: ignore[misc,name-defined]
+class ServerProcess(utils.ServerProcess):
     """Their ServerProcess, started as `specee serve` (shared: stop() leaves it running for the next test)."""
 
     def start(self, timeout_seconds: int = utils.DEFAULT_HTTP_TIMEOUT) -> None:
