@@ -287,6 +287,17 @@ def set_multicol(on: bool) -> None:
         handle.specee_multicol_set(on)
 
 
+def apply_kernel_knobs() -> None:
+    """The CPU kernels' switches from engine/knobs.py, set once at the worker's start (the kernels
+    themselves read no environment): SPECEE_TEST_MULTICOL_KERNELS, SPECEE_TEST_SPLIT_BY_THREAD,
+    both on unless set to 0. KnobError for a value that is not a switch."""
+    from engine import knobs
+
+    multicol, split = knobs.MULTICOL_KERNELS.flag(), knobs.SPLIT_BY_THREAD.flag()
+    set_multicol(multicol is not False)
+    set_split_by_thread(split is not False)
+
+
 def split_by_thread_count() -> int:
     """How many times a thread took one run of weight rows in this process so far (patch 0019)."""
     handle = cpu_lib()
