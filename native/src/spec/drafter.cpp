@@ -322,6 +322,21 @@ int32_t specee_drafter_copy_acceptance(const specee_drafter * s, double * p, int
     return s->copy ? s->copy->acceptance(p, n) : 0;
 }
 
+int32_t specee_copy_lookup(const llama_token * ctx, int32_t n, llama_token last, int32_t max_out, llama_token * out,
+                           int32_t * n_out, int32_t * match_len) {
+    const std::vector<llama_token> seq(ctx, ctx + std::max(0, n));
+    copy_drafter d(1);
+    d.reset(seq);
+    const copy_match m = d.lookup(seq, last);
+    int32_t k = 0;
+    for (int32_t j = m.pos + 1; m.pos >= 0 && j <= n && k < max_out; ++j) {
+        out[k++] = j < n ? seq[j] : last;
+    }
+    *n_out = k;
+    *match_len = m.len;
+    return m.pos;
+}
+
 void specee_drafter_reset_stats(specee_drafter * s) {
     if (s->eagle != nullptr) {
         specee_eagle_reset_stats(s->eagle);
