@@ -4,12 +4,14 @@ forces one (screenshots, tests)."""
 
 from __future__ import annotations
 
-import os
+import logging
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
+
+from engine import knobs
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,19 @@ DARK = Colors(
 )
 
 
+def forced_theme() -> str | None:
+    """SPECEE_THEME's "light" or "dark" (screenshots, tests), else None; another value is ignored
+    with a warning: a theme is no reason to refuse to start."""
+    try:
+        return knobs.THEME.choice()
+    except knobs.KnobError as exc:
+        logging.getLogger(__name__).warning("%s", exc)
+        return None
+
+
 def wants_dark() -> bool:
-    forced = os.environ.get("SPECEE_THEME", "").lower()
-    if forced in ("light", "dark"):
+    forced = forced_theme()
+    if forced is not None:
         return forced == "dark"
     return QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
 
@@ -77,8 +89,7 @@ def resolve(choice: str) -> str:
 
 def startup_theme(choice: str) -> str:
     """The theme to start in: SPECEE_THEME (screenshots, tests) overrides the saved choice."""
-    forced = os.environ.get("SPECEE_THEME", "").lower()
-    return forced if forced in ("light", "dark") else resolve(choice)
+    return forced_theme() or resolve(choice)
 
 
 def current() -> Colors:

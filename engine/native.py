@@ -207,6 +207,23 @@ def spec_lib() -> ctypes.CDLL:
     return _bind(handle, sigs)
 
 
+def copy_lookup(ctx: list[int], last: int, max_out: int) -> tuple[int, int, list[int]]:
+    """The native copy drafter's lookup on ctx + [last] (specee_copy_lookup): the end position of the
+    longest earlier occurrence of its last tokens (-1: none), its length, and up to max_out of the
+    tokens that followed it. engine.sequences.CopyLookup is its Python twin (offline replays)."""
+    fn = getattr(spec_lib(), "specee_copy_lookup", None)
+    if fn is None:
+        raise NativeBuildError("the native build predates specee_copy_lookup; rebuild it with native/build.py")
+    i32 = ctypes.c_int32
+    p_i32 = ctypes.POINTER(i32)
+    fn.argtypes, fn.restype = [p_i32, i32, i32, i32, p_i32, p_i32, p_i32], i32
+    arr = (i32 * max(1, len(ctx)))(*ctx)
+    out = (i32 * max(1, max_out))()
+    n_out, length = i32(0), i32(0)
+    pos = fn(arr, len(ctx), last, max_out, out, ctypes.byref(n_out), ctypes.byref(length))
+    return int(pos), int(length.value), list(out[: n_out.value])
+
+
 @cache
 def chat_lib() -> ctypes.CDLL:
     """libspecee-spec's chat templates with tool calls, specee_chat_* (native/src/chat-api.h):
@@ -285,6 +302,17 @@ def set_multicol(on: bool) -> None:
     handle = cpu_lib()
     if handle is not None:
         handle.specee_multicol_set(on)
+
+
+def apply_kernel_knobs() -> None:
+    """The CPU kernels' switches from engine/knobs.py, set once at the worker's start (the kernels
+    themselves read no environment): SPECEE_TEST_MULTICOL_KERNELS, SPECEE_TEST_SPLIT_BY_THREAD,
+    both on unless set to 0. KnobError for a value that is not a switch."""
+    from engine import knobs
+
+    multicol, split = knobs.MULTICOL_KERNELS.flag(), knobs.SPLIT_BY_THREAD.flag()
+    set_multicol(multicol is not False)
+    set_split_by_thread(split is not False)
 
 
 def split_by_thread_count() -> int:

@@ -1,11 +1,12 @@
-"""Where the app keeps its files. SPECEE_DATA_DIR / SPECEE_CACHE_DIR override (tests, portable installs)."""
+"""Where the app keeps its files. SPECEE_DATA_DIR / SPECEE_CACHE_DIR override (tests, portable installs: engine/knobs.py)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import platformdirs
+
+from engine import knobs
 
 APP_NAME = "specee-chat"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -13,13 +14,13 @@ RESOURCES_DIR = REPO_ROOT / "resources"
 
 
 def data_dir() -> Path:
-    path = Path(os.environ.get("SPECEE_DATA_DIR") or platformdirs.user_data_dir(APP_NAME))
+    path = knobs.DATA_DIR.path() or Path(platformdirs.user_data_dir(APP_NAME))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def cache_dir() -> Path:
-    path = Path(os.environ.get("SPECEE_CACHE_DIR") or platformdirs.user_cache_dir(APP_NAME))
+    path = knobs.CACHE_DIR.path() or Path(platformdirs.user_cache_dir(APP_NAME))
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -41,7 +41,9 @@ class CopyLookup:
         if len(self.ctx) < self.MIN_MATCH:
             return []
         hits = self.index.get((self.ctx[-2], self.ctx[-1]), [])
-        return [i for i in hits[-self.MAX_CANDIDATES :] if i + 1 < len(self.ctx)]
+        if hits and hits[-1] + 1 >= len(self.ctx):
+            hits = hits[:-1]  # the context's own last pair: nothing follows it yet
+        return hits[-self.MAX_CANDIDATES :]
 
     def longest_match(self) -> tuple[int, int]:
         """The end position of the longest earlier occurrence of the context's last tokens (the latest

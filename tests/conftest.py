@@ -37,7 +37,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # test simulates a busy one by writing the cores its neighbour uses into this file (its own copy).
 QUIET_MACHINE = RUN_CACHE / "simulated-load"
 QUIET_MACHINE.write_text("0")
-os.environ["SPECEE_SIMULATED_LOAD"] = str(QUIET_MACHINE)
+os.environ["SPECEE_TEST_SIMULATED_LOAD"] = str(QUIET_MACHINE)
 # Tests time nothing, and their process, its in-process llama.cpp and the workers it starts share
 # two cores: OpenMP threads here sleep after a short spin (the shipped worker keeps OpenMP's
 # longer default, which decodes faster: engine/worker/process.py).

@@ -15,7 +15,7 @@ from engine.models.head_import import pack_folder
 
 @pytest.fixture
 def model(tmp_path: Path, isolated_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SPECEE_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
+    monkeypatch.setenv("SPECEE_TEST_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
     monkeypatch.setenv("SPECEE_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "models" / "tiny.gguf"
     path.parent.mkdir()

@@ -162,7 +162,7 @@ def test_my_models_loads_unloads_imports_and_deletes(
 
     from engine.models.acceleration import user_weights_dir
 
-    monkeypatch.setenv("SPECEE_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
+    monkeypatch.setenv("SPECEE_TEST_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
     first = models_dir() / "first.gguf"
     shutil.copyfile(model_path, first)
     import_gguf(first)

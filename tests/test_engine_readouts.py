@@ -52,7 +52,7 @@ def neighbour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The cores another process keeps busy, as the worker reads them (write a number into it)."""
     load = tmp_path / "load"
     load.write_text("0")
-    monkeypatch.setenv("SPECEE_SIMULATED_LOAD", str(load))
+    monkeypatch.setenv("SPECEE_TEST_SIMULATED_LOAD", str(load))
     return load
 
 

@@ -33,7 +33,7 @@ from tests.remote_servers import free_port
 
 @pytest.fixture
 def no_shipped_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SPECEE_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
+    monkeypatch.setenv("SPECEE_TEST_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
 
 
 def test_gguf_files_copied_into_the_models_folder_are_registered(model_path: Path, isolated_data: Path) -> None:

@@ -88,7 +88,7 @@ def test_predictors_for_another_model_are_refused_by_the_worker(
     preds = load_predictors(dest / pack.manifest["exits"]["file"])
     preds.target_sha256 = "f" * 64
     save_predictors(preds, dest / pack.manifest["exits"]["file"])
-    monkeypatch.setenv("SPECEE_SHIPPED_ACCEL_DIR", str(shipped))
+    monkeypatch.setenv("SPECEE_TEST_SHIPPED_ACCEL_DIR", str(shipped))
     with WorkerClient() as client:
         with pytest.raises(WorkerError) as err:
             client.load(model_path, mode="specee")

@@ -50,7 +50,7 @@ def test_trainer_writes_a_head_and_manifest(tiny_head: Path, model_path: Path) -
 @pytest.fixture
 def no_shipped_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only weights the test installs itself are visible (here and in worker processes)."""
-    monkeypatch.setenv("SPECEE_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
+    monkeypatch.setenv("SPECEE_TEST_SHIPPED_ACCEL_DIR", str(tmp_path / "no-shipped-weights"))
 
 
 def _install(head: Path, data_dir: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
 
+from engine import knobs
 from engine.bench.reopen import FILLER
 from engine.models.default_model import ensure_default_model
 from engine.models.registry import ModelRegistry
@@ -64,7 +65,7 @@ def _leave_while_read(url: str, model: str, messages: list[dict[str, str]]) -> N
 
 
 def run_mode(model: Path, mode: str, n_tokens: int, n_ctx: int, pause_s: float) -> dict[str, float]:
-    os.environ["SPECEE_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"specee-next-turn-{mode}-")
+    os.environ[knobs.CACHE_DIR.name] = tempfile.mkdtemp(prefix=f"specee-next-turn-{mode}-")
     args = ["--parallel", "1", "--ctx", str(n_ctx)]
     name = model.stem
     chat = [{"role": "user", "content": FILLER * max(1, n_tokens // 20) + f"({mode}) Summarise the notes in one line."}]

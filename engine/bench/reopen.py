@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from engine import knobs
 from engine import protocol as p
 from engine.client import WorkerClient
 from engine.models.default_model import ensure_default_model
@@ -65,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     model = ModelRegistry().path_for(args.model) if args.model else ensure_default_model()
     cache = Path(tempfile.mkdtemp(prefix="specee-reopen-"))
-    os.environ["SPECEE_CACHE_DIR"] = str(cache)  # the workers inherit it: no user state is used or left
+    os.environ[knobs.CACHE_DIR.name] = str(cache)  # the workers inherit it: no user state is used or left
     try:
         n_fill = max(1, args.tokens // 20)  # ~20 tokens per filler sentence
         history = [{"role": "user", "content": FILLER * n_fill + "Summarise the notes in one line."}]

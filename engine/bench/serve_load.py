@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
+from engine import knobs
 from engine.prompts import load_prompts
 from engine.serve.launcher import ServerProcess
 
@@ -223,15 +224,15 @@ def measure(args: argparse.Namespace, clients: int) -> dict:
     server = ServerProcess(model=args.model, mode=args.mode, extra_args=extra)
     print(f"starting specee serve for {clients} client{'s' if clients > 1 else ''} ...", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="specee-serve-load-") as cache:
-        before = os.environ.get("SPECEE_CACHE_DIR")
-        os.environ["SPECEE_CACHE_DIR"] = cache  # the server's environment is read at start
+        before = os.environ.get(knobs.CACHE_DIR.name)
+        os.environ[knobs.CACHE_DIR.name] = cache  # the server's environment is read at start
         try:
             url = server.start()
         finally:
             if before is None:
-                os.environ.pop("SPECEE_CACHE_DIR")
+                os.environ.pop(knobs.CACHE_DIR.name)
             else:
-                os.environ["SPECEE_CACHE_DIR"] = before
+                os.environ[knobs.CACHE_DIR.name] = before
         try:
             return measure_at(url, None, args, clients)
         finally:

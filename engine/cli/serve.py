@@ -12,12 +12,12 @@ from engine.models.registry import ModelRegistry
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """`specee serve`: the OpenAI-compatible HTTP server (engine/serve/)."""
-    import os
 
+    from engine import knobs
     from engine.serve.security import allowed_origin, bind_problem
     from engine.serve.server import default_parallel, parallel_problem, serve
 
-    api_key = args.api_key or os.environ.get("SPECEE_API_KEY") or None
+    api_key = args.api_key or knobs.API_KEY.text()
     problem = bind_problem(args.host, args.allow_remote, api_key)  # before any model work
     if problem:
         print(f"specee serve: {problem}", file=sys.stderr)

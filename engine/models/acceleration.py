@@ -8,10 +8,10 @@ manifest names its exact sha256: a head trained for another model is never used.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import knobs
 from engine.atomic import write_text_atomic
 from engine.hashing import sha256_file
 from engine.models.gguf_file import ModelFileError, inspect_gguf
@@ -63,9 +63,9 @@ def user_weights_dir() -> Path:
 
 
 def search_dirs() -> list[Path]:
-    """Shipped weights (SPECEE_SHIPPED_ACCEL_DIR overrides: installers, tests), then user-trained."""
-    shipped = os.environ.get("SPECEE_SHIPPED_ACCEL_DIR") or RESOURCES_DIR / "acceleration"
-    return [Path(shipped), user_weights_dir()]
+    """Shipped weights (SPECEE_TEST_SHIPPED_ACCEL_DIR overrides: tests), then user-trained."""
+    shipped = knobs.SHIPPED_ACCEL_DIR.path() or RESOURCES_DIR / "acceleration"
+    return [shipped, user_weights_dir()]
 
 
 def model_sha256(path: Path) -> str:

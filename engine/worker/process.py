@@ -79,11 +79,18 @@ def main() -> int:
 
     # Import after the reader has started: this loads llama.cpp.
     from engine.worker.core import WorkerCore  # noqa: I001 (first: llama_cpp loads before our C API, as it always has)
-    from engine.native import build_info
+    from engine import knobs
+    from engine.native import apply_kernel_knobs, build_info
     from engine.placement.machine import backend_report
 
     try:
+        knobs.check_all()  # a knob set to a value it does not take is said now, not mid-answer
+    except knobs.KnobError as exc:
+        channel.emit(p.Error(kind=p.ErrorKind.BAD_SETTINGS, message=str(exc)))
+        return 2
+    try:
         native = {**build_info(), "gpu": backend_report()}  # the backends loaded and the GPU used, or why none
+        apply_kernel_knobs()  # the kernels read no environment: their switches are set here, once
     except Exception as exc:  # a broken native install must be reported, not crash silently
         channel.emit(p.Error(kind=p.ErrorKind.NATIVE, message=str(exc)))
         return 3

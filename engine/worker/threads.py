@@ -12,18 +12,19 @@ our own, and applied with llama_set_n_threads (cheap, takes effect at the next d
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine import knobs
 
 SAMPLE_INTERVAL_S = 0.5
 # A neighbour using less than this share of a core (an app window repainting) keeps every thread.
 TOLERATED_CORES = 0.4
 # Tests simulate a busy machine by naming a file that holds the cores other processes use (a float,
 # rewritten at will): the worker's readings then report that load instead of the machine's.
-SIMULATED_LOAD_ENV = "SPECEE_SIMULATED_LOAD"
+SIMULATED_LOAD_ENV = knobs.SIMULATED_LOAD.name
 
 
 @dataclass
@@ -63,8 +64,8 @@ def _simulated(path: str) -> Callable[[], CpuSample]:
 
 
 def machine_sampler() -> Callable[[], CpuSample]:
-    """The machine's CPU readings (or, under SPECEE_SIMULATED_LOAD, a simulated neighbour's)."""
-    path = os.environ.get(SIMULATED_LOAD_ENV)
+    """The machine's CPU readings (or, under SPECEE_TEST_SIMULATED_LOAD, a simulated neighbour's)."""
+    path = knobs.SIMULATED_LOAD.text()
     return _simulated(path) if path else sample_cpu
 
 

@@ -10,6 +10,7 @@
 // the head's fc() of the target's layer inputs at P. The newest row ("seed") pairs the last sampled
 // token with the g of the last position the target has decoded; its output is the first draft.
 #include "eagle-internal.h"
+#include "verify.h"
 
 #include "../llama-ext.h"
 
@@ -283,17 +284,8 @@ int32_t specee_eagle_step(specee_eagle * e, llama_sampler * smpl, llama_token * 
             return -1;
         }
     }
-    int32_t accepted = 0;
-    int32_t n_out = 0;
-    for (int32_t i = 0; i < n; ++i) {
-        const llama_token t = specee_pick(smpl, e->tgt, i);
-        out[n_out++] = t;
-        if (i < (int32_t) draft.size() && t == draft[i]) {
-            ++accepted;
-            continue;
-        }
-        break;
-    }
+    const int32_t n_out = specee_verify_drafts(smpl, e->tgt, draft.data(), n - 1, out);
+    const int32_t accepted = n_out - 1;
     const double t2 = now_ms();
     e->gate.note_verify(n, t2 - t1);
     // what the target said of every computed draft it reached, verified or not: the first one it

@@ -98,6 +98,12 @@ LLAMA_API struct llama_context * specee_drafter_draft_context(const struct spece
 // six where several occurred and all went on alike, then where they did not: at most n values
 // written to p; returns how many (0 for the other drafters).
 LLAMA_API int32_t specee_drafter_copy_acceptance(const struct specee_drafter * d, double * p, int32_t n);
+// The copy drafter's lookup on the tokens ctx[0..n) followed by `last` (tests compare it with
+// engine/sequences.py's CopyLookup): the end position of the longest earlier occurrence of their
+// last tokens (-1: none), its length in *match_len, and up to max_out of the tokens that followed
+// it in out; *n_out says how many.
+LLAMA_API int32_t specee_copy_lookup(const llama_token * ctx, int32_t n, llama_token last, int32_t max_out,
+                                     llama_token * out, int32_t * n_out, int32_t * match_len);
 
 // ---- SpecEE early exit (early-exit.cpp) ----------------------------------------------------
 // Each step decodes one token with the target; the EAGLE head's top-n_cand tokens are the

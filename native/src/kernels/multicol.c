@@ -12,17 +12,14 @@
 #include "multicol.h"
 #include "simd-mappings.h"
 
-#include <stdlib.h>
 #include <string.h>
 
-// -1: not decided yet (SPECEE_MULTICOL=0 in the environment turns the kernels off)
-static volatile int g_enabled = -1;
+// The switches read no environment: the worker sets them at start from engine/knobs.py
+// (SPECEE_TEST_MULTICOL_KERNELS, SPECEE_TEST_SPLIT_BY_THREAD), the bench flips them per
+// measurement. On unless told otherwise.
+static volatile int g_enabled = 1;
 
 static int enabled(void) {
-    if (g_enabled < 0) {
-        const char * env = getenv("SPECEE_MULTICOL");
-        g_enabled = !(env && env[0] == '0');
-    }
     return g_enabled;
 }
 
@@ -30,7 +27,7 @@ void specee_multicol_set(bool on) {
     g_enabled = on ? 1 : 0;
 }
 
-static volatile int g_split = -1;  // -1: not decided yet (SPECEE_SPLIT_BY_THREAD=0 turns it off)
+static volatile int g_split = 1;
 static int64_t g_splits = 0;
 
 void specee_split_by_thread_set(bool on) {
@@ -38,10 +35,6 @@ void specee_split_by_thread_set(bool on) {
 }
 
 bool specee_split_by_thread(int64_t nr0, int64_t nr1, int64_t planes) {
-    if (g_split < 0) {
-        const char * env = getenv("SPECEE_SPLIT_BY_THREAD");
-        g_split = !(env && env[0] == '0');
-    }
     // weights by a few activation rows only: attention's per-head products keep upstream's chunks
     const bool split = g_split && planes == 1 && nr1 <= SPECEE_SPLIT_MAX_ROWS && nr0 > nr1;
     if (split) {

@@ -39,10 +39,11 @@ static inline size_t specee_multicol_scales_per_row(int n) {
 // The kernel for weights of this type times ncols activation rows, or NULL (ggml's vec_dot is
 // used): x86 with AVX2/FMA/F16C for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K from two rows on; Q4_1, Q5_0
 // and Q8_0 for one row too, where converting the row's scales once is what saves time (a one-row
-// decode of the default model: see multicol.c). SPECEE_MULTICOL=0 in the environment turns them off.
+// decode of the default model: see multicol.c). Off: specee_multicol_set(false).
 specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type, int64_t ncols);
 
-// Exported from ggml-cpu for measurements (`specee bench --cost-curve` compares both in one run):
+// Exported from ggml-cpu for the worker (engine/knobs.py, read once at its start: the kernels read
+// no environment) and for measurements (`specee bench --cost-curve` compares both in one run):
 // turn the kernels on or off for the following mul_mats; whether this build has any.
 GGML_BACKEND_API void specee_multicol_set(bool on);
 GGML_BACKEND_API bool specee_multicol_available(void);
@@ -51,7 +52,7 @@ GGML_BACKEND_API bool specee_multicol_available(void);
 // that the threads take in turns: true for batches of up to SPECEE_SPLIT_MAX_ROWS rows (a decode,
 // a verify). On a 2-core EPYC, SmolLM2-135M Q4_1 (`specee bench --cost-curve`): one row 7.54 ->
 // 6.63 ms, two rows 1.38x and four 1.24x faster. A row's arithmetic is unchanged, only its thread.
-// SPECEE_SPLIT_BY_THREAD=0 in the environment turns it off.
+// Off: specee_split_by_thread_set(false).
 #define SPECEE_SPLIT_MAX_ROWS 16
 bool specee_split_by_thread(int64_t nr0, int64_t nr1, int64_t planes);
 GGML_BACKEND_API void specee_split_by_thread_set(bool on);

@@ -56,6 +56,41 @@ int32_t copy_drafter::acceptance(double * p, int32_t n) const {
     return m;
 }
 
+copy_match copy_drafter::lookup(const std::vector<llama_token> & ctx, llama_token last) const {
+    copy_match m;
+    const int32_t n = (int32_t) ctx.size();
+    if (n < 2) {
+        return m;
+    }
+    const auto it = index_.find(key(ctx[n - 1], last));
+    if (it == index_.end()) {
+        return m;
+    }
+    // the longest match ending at an earlier occurrence of (ctx[n-1], last); the latest on ties.
+    // Whether all occurrences went on with the same token is evidence of its own. The sequence is
+    // ctx + [last]: an occurrence ending at n - 1 went on with `last` (a run of one token).
+    llama_token first_next = LLAMA_TOKEN_NULL;
+    const std::vector<int32_t> & pos = it->second;
+    for (size_t c = 0; c < pos.size() && c < MAX_CANDIDATES; ++c) {
+        const int32_t i = pos[pos.size() - 1 - c];
+        const llama_token next = i + 1 < n ? ctx[i + 1] : last;
+        if (m.n_seen++ == 0) {
+            first_next = next;
+        } else {
+            m.alike = m.alike && next == first_next;
+        }
+        int32_t len = 2;
+        while (len < MAX_MATCH && i - len >= 0 && ctx[i - len] == ctx[n - len]) {
+            ++len;
+        }
+        if (len > m.len) {
+            m.len = len;
+            m.pos = i;
+        }
+    }
+    return m;
+}
+
 void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last, int32_t room,
                          std::vector<llama_token> & out) {
     out.clear();
@@ -67,46 +102,20 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
         tries_[shadow_bucket_] += 1.0;
     }
     shadow_bucket_ = -1;  // a step in between that did not ask for a draft (a full context) tells nothing
-    if (n < 2 || room < 1) {
+    if (room < 1) {
         return;
     }
-    const auto it = index_.find(key(ctx[n - 1], last));
-    if (it == index_.end()) {
+    const copy_match m = lookup(ctx, last);
+    if (m.pos < 0) {
         return;
     }
-    // the longest match ending at an earlier occurrence of (ctx[n-1], last); the latest on ties.
-    // Whether all occurrences went on with the same token is evidence of its own.
-    int32_t best_pos = -1;
-    int32_t best_len = 0;
-    int32_t n_seen = 0;
-    bool alike = true;
-    llama_token first_next = LLAMA_TOKEN_NULL;
-    const std::vector<int32_t> & pos = it->second;
-    for (size_t c = 0; c < pos.size() && c < MAX_CANDIDATES; ++c) {
-        const int32_t i = pos[pos.size() - 1 - c];
-        if (i + 1 >= n) {
-            continue;  // nothing follows it yet
-        }
-        if (n_seen++ == 0) {
-            first_next = ctx[i + 1];
-        } else {
-            alike = alike && ctx[i + 1] == first_next;
-        }
-        int32_t len = 2;
-        while (len < MAX_MATCH && i - len >= 0 && ctx[i - len] == ctx[n - len]) {
-            ++len;
-        }
-        if (len > best_len) {
-            best_len = len;
-            best_pos = i;
-        }
-    }
-    if (best_pos < 0) {
-        return;
-    }
+    const int32_t best_pos = m.pos;
+    const int32_t best_len = m.len;
+    const int32_t n_seen = m.n_seen;
+    const bool alike = m.alike;
     const int alike_class = n_seen == 1 ? 0 : alike ? 1 : 2;
     const int b = bucket_of(best_len, alike_class);
-    const int32_t avail = std::min({n_max_, room, n - 1 - best_pos});
+    const int32_t avail = std::min({n_max_, room, n - best_pos});  // up to `last` itself
     int32_t best_k = 0;
     double best_gain = MIN_GAIN;
     double expected = 1.0;  // tokens a step emits: the sample plus the confirmed drafts
@@ -133,7 +142,9 @@ void copy_drafter::draft(const std::vector<llama_token> & ctx, llama_token last,
         }
         return;
     }
-    out.assign(ctx.begin() + best_pos + 1, ctx.begin() + best_pos + 1 + best_k);
+    for (int32_t j = best_pos + 1; j <= best_pos + best_k; ++j) {
+        out.push_back(j < n ? ctx[j] : last);
+    }
     draft_len_ = best_len;
     draft_alike_ = alike_class;
 }

@@ -22,6 +22,16 @@
 #include <unordered_map>
 #include <vector>
 
+// The longest earlier occurrence of a context's last tokens (ctx, then the token about to be
+// decoded): where it ends in that sequence (-1: none), its length, how many earlier occurrences of
+// the last two tokens were examined and whether they all went on with the same token.
+struct copy_match {
+    int32_t pos = -1;
+    int32_t len = 0;
+    int32_t n_seen = 0;
+    bool alike = true;
+};
+
 class copy_drafter {
 public:
     explicit copy_drafter(int32_t n_max);
@@ -30,6 +40,10 @@ public:
     void reset(const std::vector<llama_token> & ctx);
     // Tokens were appended to ctx since the last call: index them.
     void sync(const std::vector<llama_token> & ctx);
+    // The lookup of draft() on the sequence ctx + [last] (ctx indexed by reset/sync); the tokens
+    // that followed the match are that sequence's from pos + 1 on (`last` included: a run or a
+    // period copies on into what the step just emitted).
+    copy_match lookup(const std::vector<llama_token> & ctx, llama_token last) const;
     // A draft continuing ctx + [last] (at most `room` tokens), empty when a one-row decode is the
     // better bet. Remembers the match it used for feedback().
     void draft(const std::vector<llama_token> & ctx, llama_token last, int32_t room, std::vector<llama_token> & out);

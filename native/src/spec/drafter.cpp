@@ -1,13 +1,14 @@
 // specee_drafter_*: one handle for every drafter (specee.h). "eagle" runs through libllama's EAGLE-3
 // loop (eagle.cpp); the others are llama.cpp's own drafters (common/speculative: the n-gram lookups
 // and draft-simple, a smaller model with the target's tokenizer). Drafting is theirs; the
-// verification is ours, as in eagle.cpp: every emitted token is sampled from the target's logits,
-// so greedy output equals vanilla and sampling keeps the target's distribution.
+// verification is ours, the one eagle.cpp runs too (verify.h): every emitted token is sampled from
+// the target's logits, so greedy output equals vanilla and sampling keeps the target's distribution.
 // "copy" is ours (copy-draft.h): prompt lookup that drafts only where this machine's verify costs
 // and the measured acceptance say it pays, else decodes one row as vanilla does.
 // Built into libspecee-spec (patch 0006), not libllama: llama.cpp's common library links libllama.
 #include "copy-draft.h"
 #include "eagle-api.h"
+#include "verify.h"
 
 #include "common.h"
 #include "speculative.h"
@@ -258,14 +259,7 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
     if (!decode(s, batch_tokens.data(), k + 1, n_past, true)) {
         return -1;
     }
-    int32_t n_out = 0;
-    for (int32_t i = 0; i <= k; ++i) {
-        const llama_token t = specee_pick(smpl, s->tgt, i);
-        out[n_out++] = t;
-        if (i == k || t != s->draft[i]) {
-            break;
-        }
-    }
+    const int32_t n_out = specee_verify_drafts(smpl, s->tgt, s->draft.data(), k, out);
     const int32_t n_accepted = n_out - 1;
     if (s->spec != nullptr) {
         common_speculative_accept(s->spec, 0, (uint16_t) n_accepted);
@@ -326,6 +320,21 @@ int32_t specee_drafter_n_past(const specee_drafter * s) {
 
 int32_t specee_drafter_copy_acceptance(const specee_drafter * s, double * p, int32_t n) {
     return s->copy ? s->copy->acceptance(p, n) : 0;
+}
+
+int32_t specee_copy_lookup(const llama_token * ctx, int32_t n, llama_token last, int32_t max_out, llama_token * out,
+                           int32_t * n_out, int32_t * match_len) {
+    const std::vector<llama_token> seq(ctx, ctx + std::max(0, n));
+    copy_drafter d(1);
+    d.reset(seq);
+    const copy_match m = d.lookup(seq, last);
+    int32_t k = 0;
+    for (int32_t j = m.pos + 1; m.pos >= 0 && j <= n && k < max_out; ++j) {
+        out[k++] = j < n ? seq[j] : last;
+    }
+    *n_out = k;
+    *match_len = m.len;
+    return m.pos;
 }
 
 void specee_drafter_reset_stats(specee_drafter * s) {
