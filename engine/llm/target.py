@@ -7,7 +7,11 @@ nothing here, and one that changes llama.h's bindings shows up in this file and 
 The parameters are those llama-cpp-python 0.3's `Llama(...)` passed for the same arguments (the
 answers stay token-identical to it), set here directly: the weights' runtime repacking
 (use_extra_bufts), the sequences a context holds (n_seq_max, kv_unified) and flash attention, which
-`Llama` has no argument for and engine/llm/load.py used to patch into llama.cpp's defaults."""
+`Llama` has no argument for and whose defaults were patched while it loaded.
+
+Beyond llama.h the engine uses two of llama-cpp-python's own Python pieces: its Jinja renderer of
+GGUF chat templates (re-exported below, for engine/llm/chat_prompt.py) and its JSON-schema to GBNF
+converter (engine/llm/grammars.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from llama_cpp import llama_cpp as C
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+__all__ = ["Jinja2ChatFormatter", "Target", "context_params", "init_backend", "model_params"]
 
 # what Llama's last_n_tokens_size defaulted to: the repetition penalties' window (make_sampler)
 PENALTY_LAST_N = 64
@@ -70,9 +77,12 @@ def _silenced() -> Iterator[None]:
 
 
 def model_params(n_gpu_layers: int = 0, *, vocab_only: bool = False, repack: bool | None = None) -> Any:
-    """llama_model_params for a target: n_gpu_layers -1 puts every layer on the GPU; repack sets the
-    CPU backend's runtime repacking of the weights (None: llama.cpp's default; see
-    engine/llm/load.py batch_invariant's caller, engine/placement/weights_layout.repack_is_exact)."""
+    """llama_model_params for a target: n_gpu_layers -1 puts every layer on the GPU. repack: the CPU
+    backend's runtime repacking of the weights (use_extra_bufts; None: llama.cpp's default). Off, the
+    weights stay in their file layout and every batch size runs through the same vec_dot kernels; on
+    only where the repacked kernels are batch-invariant too (engine/placement/weights_layout.py
+    repack_is_exact). Before, a verify batch drifted from vanilla (Qwen2.5-Coder-1.5B Q4_K_M: 7/20
+    ngram answers identical)."""
     params = C.llama_model_default_params()
     params.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers == -1 else n_gpu_layers
     params.split_mode = C.LLAMA_SPLIT_MODE_LAYER
@@ -131,6 +141,7 @@ class Target:
         self.n_batch = n_batch
         self.n_threads = n_threads
         self.n_threads_batch = n_threads_batch
+        self.n_gpu_layers = 0  # the layers placed on a GPU (load's argument)
         self.seed: int = C.LLAMA_DEFAULT_SEED  # the sampler chain's dist sampler's (make_sampler)
         self.last_n_tokens_size = PENALTY_LAST_N
 
@@ -167,7 +178,9 @@ class Target:
         except BaseException:
             C.llama_model_free(model)
             raise
-        return cls(model, ctx, n_batch, threads, threads_batch)
+        target = cls(model, ctx, n_batch, threads, threads_batch)
+        target.n_gpu_layers = n_gpu_layers
+        return target
 
     @classmethod
     def vocab_only(cls, path: str | Path) -> Target:
