@@ -24,6 +24,7 @@ from engine import protocol as p
 from engine.client import WorkerClient
 from engine.llm.chat_prompt import ChatPrompt
 from engine.llm.decoders import DrafterDecoder, SpecEEDecoder, VanillaDecoder
+from engine.llm.target import Target
 from engine.models.acceleration import ACCELERATED_ARCHS
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import REPO_ROOT
@@ -136,14 +137,13 @@ QUESTION = "Explain how a bicycle works."
 
 
 @pytest.fixture(scope="module")
-def llms(tiny_models: dict[tuple[str, bool], Path]) -> Iterator[Callable[[str, bool], Llama]]:
+def llms(tiny_models: dict[tuple[str, bool], Path]) -> Iterator[Callable[[str, bool], Target]]:
     """(arch, tied) -> an in-process context on that tiny model, opened on first use."""
-    opened: dict[tuple[str, bool], Llama] = {}
+    opened: dict[tuple[str, bool], Target] = {}
 
-    def get(arch: str, tied: bool = False) -> Llama:
+    def get(arch: str, tied: bool = False) -> Target:
         if (arch, tied) not in opened:
-            model = str(tiny_models[arch, tied])
-            opened[arch, tied] = Llama(model_path=model, n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False)
+            opened[arch, tied] = Target.load(tiny_models[arch, tied], n_ctx=N_CTX, n_threads=2, n_threads_batch=2)
         return opened[arch, tied]
 
     yield get
@@ -171,16 +171,16 @@ def heads(tiny_models: dict[tuple[str, bool], Path], tmp_path_factory: pytest.Te
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_specee_exit_arch_supported_reads_the_list(llms: Callable[[str, bool], Llama], arch: str) -> None:
-    assert native.lib().specee_exit_arch_supported(llms(arch, False)._model.model)
+def test_specee_exit_arch_supported_reads_the_list(llms: Callable[[str, bool], Target], arch: str) -> None:
+    assert native.lib().specee_exit_arch_supported(llms(arch, False).model)
 
 
-def _tokens(llm: Llama, model: Path, text: str = QUESTION) -> list[int]:
+def _tokens(llm: Target, model: Path, text: str = QUESTION) -> list[int]:
     chat = ChatPrompt.for_model(llm, inspect_gguf(model).chat_template)
     return chat.fit([{"role": "user", "content": text}], N_CTX).tokens
 
 
-def _vanilla(llm: Llama, tokens: list[int], n: int = N_TOKENS) -> list[int]:
+def _vanilla(llm: Target, tokens: list[int], n: int = N_TOKENS) -> list[int]:
     """Greedy tokens of a plain decode; the context is left clean for the next decoder."""
     vanilla = VanillaDecoder(llm)
     vanilla.forget()  # another decoder may have used this context
@@ -190,7 +190,7 @@ def _vanilla(llm: Llama, tokens: list[int], n: int = N_TOKENS) -> list[int]:
         vanilla.forget()
 
 
-def _eagle_and_vanilla(llm: Llama, model: Path, head: Path, gated: bool) -> tuple[list[int], list[int], dict]:
+def _eagle_and_vanilla(llm: Target, model: Path, head: Path, gated: bool) -> tuple[list[int], list[int], dict]:
     """The greedy answer of a 3-draft eagle chain with `head`, vanilla's, and eagle's statistics."""
     tokens = _tokens(llm, model)
     want = _vanilla(llm, tokens)
@@ -205,7 +205,7 @@ def _eagle_and_vanilla(llm: Llama, model: Path, head: Path, gated: bool) -> tupl
 @pytest.mark.parametrize("tied", [False, True], ids=["untied-drafts-rejected", "tied-drafts-accepted"])
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_eagle_greedy_output_equals_vanilla(
-    llms: Callable[[str, bool], Llama],
+    llms: Callable[[str, bool], Target],
     heads: Callable[[str, bool], Path],
     tiny_models: dict[tuple[str, bool], Path],
     arch: str,
@@ -220,7 +220,7 @@ def test_eagle_greedy_output_equals_vanilla(
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_a_gated_chain_never_verifies_the_drafts_of_a_head_that_is_never_sure(
-    llms: Callable[[str, bool], Llama], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
+    llms: Callable[[str, bool], Target], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
 ) -> None:
     """A random head spreads its probability over the whole vocabulary: gated, no draft of it is worth
     a verify row, so every step decodes one row as vanilla does (and the answer is vanilla's)."""
@@ -232,7 +232,7 @@ def test_a_gated_chain_never_verifies_the_drafts_of_a_head_that_is_never_sure(
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_specee_with_exits_off_equals_vanilla(
-    llms: Callable[[str, bool], Llama], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
+    llms: Callable[[str, bool], Target], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
 ) -> None:
     llm = llms(arch, False)
     tokens = _tokens(llm, tiny_models[arch, False])
@@ -249,7 +249,7 @@ def test_specee_with_exits_off_equals_vanilla(
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(
-    llms: Callable[[str, bool], Llama], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
+    llms: Callable[[str, bool], Target], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
 ) -> None:
     """Skipping only the lm_head must not disturb any K/V: later full-depth tokens equal a plain
     decode of the same text."""
@@ -331,7 +331,7 @@ def _exit_state(model: Path, tokens: list[int], layer: int, pos: int) -> tuple[n
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(
-    llms: Callable[[str, bool], Llama], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
+    llms: Callable[[str, bool], Target], heads: Callable[[str, bool], Path], tiny_models: dict[tuple[str, bool], Path], arch: str
 ) -> None:
     """An exit after layer 0: layer 0 keeps what a plain decode writes; layer 1 reads h_0 as its
     input anyway, so its fill must be bit-identical to the full pass (the fill graph computes K/V
@@ -349,10 +349,9 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(
         token, _, cands = next(run)
         run.close()  # type: ignore[attr-defined]
         st = dec.accel_stats()
-        k_fill, v_fill = _seq_kv_rows(llm._ctx.ctx, pos)
+        k_fill, v_fill = _seq_kv_rows(llm.ctx, pos)
     finally:
         dec.close()
-        llm.reset()  # the decoder bypassed llm's bookkeeping
     assert st["mean_layers"] == exit_layer + 1 and st["exit_rate"] == 1.0
     h, (k_full, v_full) = _exit_state(model, [*tokens, first], exit_layer, pos)
 
@@ -364,8 +363,8 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(
     for layer in range(exit_layer + 2):
         np.testing.assert_array_equal(k_fill[layer], k_full[layer], err_msg=f"K of layer {layer}")
         np.testing.assert_array_equal(v_fill[layer], v_full[layer], err_msg=f"V of layer {layer}")
-    head_dim = llama_cpp.llama_model_n_embd(llm._model.model) // llama_cpp.llama_model_n_head(llm._model.model)
-    neox = llama_cpp.llama_model_rope_type(llm._model.model) == llama_cpp.LLAMA_ROPE_TYPE_NEOX  # qwen2, qwen3
+    head_dim = llama_cpp.llama_model_n_embd(llm.model) // llama_cpp.llama_model_n_head(llm.model)
+    neox = llama_cpp.llama_model_rope_type(llm.model) == llama_cpp.LLAMA_ROPE_TYPE_NEOX  # qwen2, qwen3
     for layer in range(exit_layer + 2, N_LAYER):
         k_want, v_want = _fill_reference(model, h, layer, pos, head_dim, neox)
         for name, got, want, full in (("K", k_fill[layer], k_want, k_full[layer]), ("V", v_fill[layer], v_want, v_full[layer])):

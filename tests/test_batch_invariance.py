@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_cpp import Llama
 from llama_cpp import llama_cpp as C
 
-from engine.llm.load import batch_invariant_weights
+from engine.llm.target import Target
 from tests.conftest import HAS_GPU, NO_GPU, ON_LAVAPIPE
 from tests.tiny_models import write_tiny_gguf
 
@@ -33,9 +32,9 @@ def q4_k_model(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Pa
     return out
 
 
-def _decode(llm: Llama, tokens: list[int], start: int, keep: bool) -> np.ndarray:
+def _decode(llm: Target, tokens: list[int], start: int, keep: bool) -> np.ndarray:
     """Logits of every row of one decode call; `keep` = False drops the rows from the cache again."""
-    ctx, n_vocab = llm._ctx.ctx, llm._model.n_vocab()
+    ctx, n_vocab = llm.ctx, llm.n_vocab()
     batch = C.llama_batch_init(len(tokens), 0, 1)
     try:
         for i, tok in enumerate(tokens):
@@ -52,7 +51,7 @@ def _decode(llm: Llama, tokens: list[int], start: int, keep: bool) -> np.ndarray
     return logits
 
 
-def _verify_sizes_that_change_row_0(llm: Llama) -> list[int]:
+def _verify_sizes_that_change_row_0(llm: Target) -> list[int]:
     """After a cached 40-token conversation: the verify sizes (2..17 rows) whose row 0 differs from
     a one-token decode of the same token."""
     prefix = list(range(100, 140))
@@ -64,7 +63,7 @@ def _verify_sizes_that_change_row_0(llm: Llama) -> list[int]:
     ]
 
 
-def _rows_that_depend_on_the_chunking(llm: Llama, n_tokens: int, cut: int) -> list[int]:
+def _rows_that_depend_on_the_chunking(llm: Target, n_tokens: int, cut: int) -> list[int]:
     """A prompt of n_tokens decoded in one batch and as cut + the rest: the rows that differ."""
     tokens = list(range(200, 200 + n_tokens))
     whole = _decode(llm, tokens, 0, keep=False)
@@ -76,8 +75,7 @@ def _rows_that_depend_on_the_chunking(llm: Llama, n_tokens: int, cut: int) -> li
 def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_model: Path, repack: bool) -> None:
     """Both layouts the worker may load: the file layout (vec_dot; never ggml's tiled matmul, patch
     0007) and ggml's repacked Q4_K blocks (gemv and gemm rounding alike, patch 0008)."""
-    with batch_invariant_weights(repack):
-        llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    llm = Target.load(q4_k_model, n_ctx=256, n_batch=256, n_threads=2, repack=repack)
     try:
         differ = _verify_sizes_that_change_row_0(llm)
         assert differ == [], f"verify batches of {differ} rows change row 0's logits"
@@ -89,8 +87,7 @@ def test_every_verify_batch_size_reproduces_the_one_token_decode_exactly(q4_k_mo
 def test_a_prompt_gets_the_same_logits_whatever_its_chunks(q4_k_model: Path, repack: bool) -> None:
     """60 tokens in one batch or as 21 + 39 (another cached prefix): every row identical. ggml's
     tiled matmul (batches of 8+ rows, K-quants not repacked) broke this: patch 0007 turns it off."""
-    with batch_invariant_weights(repack):
-        llm = Llama(model_path=str(q4_k_model), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    llm = Target.load(q4_k_model, n_ctx=256, n_batch=256, n_threads=2, repack=repack)
     try:
         differ = _rows_that_depend_on_the_chunking(llm, 60, 21)
         assert differ == [], f"rows {differ[:10]} depend on the chunking"
@@ -103,7 +100,7 @@ def test_with_flash_attention_verify_rows_and_prompt_chunks_match_one_token_deco
     kernel split a lone row's pass over 512+ KV cells into partial sums and took 64-row tiles for
     prompts, each rounding otherwise than a batch's rows (ngram/eagle answers left vanilla's: 10/16
     identical); patch 0018 keeps one pass per row. Checked past 512 cells and across 64 rows."""
-    llm = Llama(model_path=str(model_path), n_ctx=1024, n_batch=1024, n_threads=2, flash_attn=True, verbose=False)
+    llm = Target.load(model_path, n_ctx=1024, n_batch=1024, n_threads=2, flash_attn=True)
     try:
         prefix = [100 + i % 900 for i in range(600)]
         _decode(llm, prefix, 0, keep=True)
@@ -111,7 +108,7 @@ def test_with_flash_attention_verify_rows_and_prompt_chunks_match_one_token_deco
         one = _decode(llm, drafts[:1], len(prefix), keep=False)[0]
         for n in (2, 4, 9, MAX_VERIFY_ROWS):
             assert np.array_equal(_decode(llm, drafts[:n], len(prefix), keep=False)[0], one), f"{n} rows"
-        C.llama_memory_clear(C.llama_get_memory(llm._ctx.ctx), True)
+        C.llama_memory_clear(C.llama_get_memory(llm.ctx), True)
         differ = _rows_that_depend_on_the_chunking(llm, 150, 70)
         assert differ == [], f"rows {differ[:10]} depend on the chunking"
     finally:
@@ -127,7 +124,7 @@ def test_the_worker_repacks_only_where_the_kernels_are_batch_invariant(q4_k_mode
 
 
 def _switch_keeps_every_logit(
-    llm: Llama, sizes: tuple[int, ...], switch: Callable[[bool], None], taken: Callable[[], int], what: str
+    llm: Target, sizes: tuple[int, ...], switch: Callable[[bool], None], taken: Callable[[], int], what: str
 ) -> None:
     """Every logit of a batch of each size after a 40-token prefix, decoded with a native switch off
     and then on, must be bit-identical; `taken` counts the switched path, proving it ran only when on."""
@@ -162,8 +159,7 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
     if not multicol_available():
         pytest.skip("no multi-column kernels for this CPU")
     path = q4_k_model if which == "q4_k_m" else model_path
-    with batch_invariant_weights(False):
-        llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    llm = Target.load(path, n_ctx=256, n_batch=256, n_threads=2, repack=False)
     try:
         _switch_keeps_every_logit(llm, (2, 3, 4, 6, 8, 9, 12), set_multicol, multicol_rows, "the multi-column kernels")
     finally:
@@ -179,9 +175,8 @@ def test_weight_rows_split_by_thread_leave_every_logit_as_it_was(which: str, q4_
     from engine.native import set_split_by_thread, split_by_thread_count
 
     repacked = which == "q4_k_m-repacked"
-    with batch_invariant_weights(repacked):
-        path = q4_k_model if repacked else model_path
-        llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
+    path = q4_k_model if repacked else model_path
+    llm = Target.load(path, n_ctx=256, n_batch=256, n_threads=2, repack=repacked)
     try:
         _switch_keeps_every_logit(llm, (1, 2, 4, 16), set_split_by_thread, split_by_thread_count, "the split by thread")
     finally:
@@ -212,15 +207,14 @@ def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
 GPU_PLACEMENTS = {"gpu-all": (-1, "last"), "gpu-last-1": (1, "last"), "gpu-first-1": (1, "first")}
 
 
-def _gpu_llama(path: Path, where: str) -> Llama:
+def _gpu_llama(path: Path, where: str) -> Target:
     from engine import native
 
     n_gpu, layout = GPU_PLACEMENTS[where]
     if layout == "first":
         native.lib().specee_set_first_layers_on_gpu(n_gpu, False)
     try:
-        with batch_invariant_weights(False):
-            return Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, n_gpu_layers=n_gpu, verbose=False)
+        return Target.load(path, n_ctx=256, n_batch=256, n_threads=2, n_gpu_layers=n_gpu, repack=False)
     finally:
         if layout == "first":
             native.lib().specee_set_first_layers_on_gpu(-1, False)

@@ -28,14 +28,11 @@ def _prompt(llm: Any, question: str, answer: list[int] | None = None, follow_up:
 @pytest.fixture(scope="module")
 def llms(model_path: Path) -> Iterator[tuple[Any, Any]]:
     """The batch's context (three sequences) and a one-sequence context for the solo answers."""
-    from llama_cpp import Llama
-
-    from engine.llm.load import batch_invariant_weights, parallel_sequences
+    from engine.llm.target import Target
 
     def load(n_seq: int) -> Any:
-        with batch_invariant_weights(False), parallel_sequences(n_seq):
-            return Llama(model_path=str(model_path), n_ctx=N_CTX_SEQ * n_seq, n_batch=512, n_threads=2,
-                         flash_attn=True, verbose=False)  # fmt: skip
+        return Target.load(model_path, n_ctx=N_CTX_SEQ * n_seq, n_batch=512, n_threads=2, flash_attn=True,
+                           repack=False, n_seq_max=n_seq)  # fmt: skip
 
     yield load(N_SEQ), load(1)
 

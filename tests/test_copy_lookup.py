@@ -43,7 +43,7 @@ def _disagreements(tokens: list[int]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tokenize(model_path: Path):  # type: ignore[no-untyped-def]
+def tokenize(model_path: Path):
     from llama_cpp import Llama
 
     llm = Llama(model_path=str(model_path), vocab_only=True, verbose=False)
@@ -58,7 +58,7 @@ CHAT_TURN = "<|im_start|>user\nWhat does {x} do?<|im_end|>\n<|im_start|>assistan
     "source",
     ["docs/acceleration.md", "engine/worker/session.py", "chat"],
 )
-def test_native_and_python_propose_the_same_tokens_on_real_histories(source: str, tokenize) -> None:  # type: ignore[no-untyped-def]
+def test_native_and_python_propose_the_same_tokens_on_real_histories(source: str, tokenize) -> None:
     if source == "chat":
         text = "".join(CHAT_TURN.format(x=x) for x in ["the worker", "the client", "the worker", "auto", "the bench"] * 6)
     else:

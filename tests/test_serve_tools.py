@@ -336,20 +336,18 @@ def test_lazy_grammars_and_prefill_in_the_vanilla_decoder(model_path: Path, nati
     """What Generate's grammar_lazy / grammar_trigger_* / grammar_prefill do in llama.cpp's sampler:
     a lazy grammar leaves the answer alone until its trigger, then holds from the trigger on; a
     whole-answer grammar can start before the answer (a template's generation prompt, prefilled)."""
-    import llama_cpp
-    from llama_cpp import Llama
-
     from engine import protocol as p
     from engine.llm.decoders import Grammar, VanillaDecoder
+    from engine.llm.target import Target
 
-    llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    llm = Target.load(model_path, n_ctx=512, n_batch=64, n_threads=2)
     prompt = llm.tokenize(b"<|im_start|>user\nIs the sky blue?<|im_end|>\n<|im_start|>assistant\n", add_bos=False, special=True)
     dec = VanillaDecoder(llm)
 
     def run(grammar: str | Grammar) -> list[int]:
         out: list[int] = []
         for tok in dec.stream(prompt, p.Sampling.greedy(), grammar):
-            if llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok) or len(out) == 8:
+            if llm.is_eog(tok) or len(out) == 8:
                 break
             out.append(tok)
         return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -19,6 +20,7 @@ from engine import protocol as p
 from engine.llm.chat_prompt import ChatPrompt
 from engine.llm.decoders import SpecEEDecoder, VanillaDecoder
 from engine.llm.load import capture_head_layers
+from engine.llm.target import Target
 from engine.models.acceleration import head_target_layers
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
@@ -28,13 +30,17 @@ HEAD = RESOURCES_DIR / "acceleration" / "smollm2-135m-instruct-q4_1" / "eagle.gg
 QUESTIONS = ("Explain how a bicycle works.", "Write a haiku about autumn rain.", "What is 17 times 23?")
 
 
-def _llm(model_path: Path, backend: str = "cpu") -> Llama:
-    return Llama(model_path=str(model_path), n_ctx=1024, n_batch=512, n_threads=2, n_threads_batch=2,
-                 n_gpu_layers=gpu_layers(backend), verbose=False)  # fmt: skip
+def _llm(model_path: Path, backend: str = "cpu") -> Target:
+    return Target.load(model_path, n_ctx=1024, n_batch=512, n_threads=2, n_threads_batch=2, n_gpu_layers=gpu_layers(backend))
+
+
+def _reference_llm(model_path: Path) -> Llama:
+    """llama-cpp-python's own loop over a plain context: the reference the native code is checked against."""
+    return Llama(model_path=str(model_path), n_ctx=1024, n_batch=512, n_threads=2, n_threads_batch=2, verbose=False)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def llm(model_path: Path, request: pytest.FixtureRequest) -> Llama:
+def llm(model_path: Path, request: pytest.FixtureRequest) -> Iterator[Target]:
     m = _llm(model_path, request.param)
     if request.param == "gpu":
         capture_head_layers(m, head_target_layers(HEAD))  # as the worker does on a GPU, before any decode
@@ -42,11 +48,11 @@ def llm(model_path: Path, request: pytest.FixtureRequest) -> Llama:
     m.close()
 
 
-def _on_gpu(llm: Llama) -> bool:
-    return llm.model_params.n_gpu_layers != 0
+def _on_gpu(llm: Target) -> bool:
+    return llm.n_gpu_layers != 0
 
 
-def _tokens(llm: Llama, model_path: Path, text: str) -> list[int]:
+def _tokens(llm: Target, model_path: Path, text: str) -> list[int]:
     chat = ChatPrompt.for_model(llm, inspect_gguf(model_path).chat_template)
     return chat.fit([{"role": "user", "content": text}], 512).tokens
 
@@ -61,7 +67,7 @@ def _take(stream, n: int) -> list[int]:
     return out
 
 
-def test_with_exits_off_specee_output_equals_vanilla(llm: Llama, model_path: Path) -> None:
+def test_with_exits_off_specee_output_equals_vanilla(llm: Target, model_path: Path) -> None:
     vanilla = VanillaDecoder(llm)
     for q in device_cases(QUESTIONS, "gpu" if _on_gpu(llm) else "cpu", keep=1):
         tokens = _tokens(llm, model_path, q)
@@ -90,7 +96,7 @@ def _reference_candidate_logits(model_path: Path, h: np.ndarray, cands: np.ndarr
 def _reference_output(model_path: Path, tokens: list[int], layer: int, kv_pos: int = -1):
     """A plain context decodes tokens; returns the output of `layer` at the last token (the input
     layer + 1 receives) and, with kv_pos >= 0, the K/V rows written at that position."""
-    ref = _llm(model_path)
+    ref = _reference_llm(model_path)
     try:
         lib = native.lib()
         lib.specee_capture_layer_input(ref._ctx.ctx, layer + 1, True)
@@ -104,7 +110,7 @@ def _reference_output(model_path: Path, tokens: list[int], layer: int, kv_pos: i
 
 
 @pytest.mark.parametrize("layer", [9, 21])
-def test_forced_exit_emits_the_best_candidate_of_that_layer(llm: Llama, model_path: Path, layer: int) -> None:
+def test_forced_exit_emits_the_best_candidate_of_that_layer(llm: Target, model_path: Path, layer: int) -> None:
     tokens = _tokens(llm, model_path, QUESTIONS[0])
     dec = SpecEEDecoder(llm, HEAD, None, 2, force_layer=layer)
     try:
@@ -121,7 +127,7 @@ def test_forced_exit_emits_the_best_candidate_of_that_layer(llm: Llama, model_pa
     assert token in cands
 
 
-def test_record_mode_logits_match_the_numpy_reference(llm: Llama, model_path: Path) -> None:
+def test_record_mode_logits_match_the_numpy_reference(llm: Target, model_path: Path) -> None:
     tokens = _tokens(llm, model_path, QUESTIONS[1])
     dec = SpecEEDecoder(llm, HEAD, None, 2)
     try:
@@ -140,7 +146,7 @@ def test_record_mode_logits_match_the_numpy_reference(llm: Llama, model_path: Pa
         np.testing.assert_allclose(rec[11], want, rtol=1e-3, atol=1e-3)
 
 
-def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(llm: Llama, model_path: Path) -> None:
+def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(llm: Target, model_path: Path) -> None:
     """Skipping only the lm_head must not disturb any K/V: later full-depth tokens equal a plain
     decode of the same text."""
     tokens = _tokens(llm, model_path, QUESTIONS[2])
@@ -208,7 +214,7 @@ def _seq_kv_rows(ctx, pos: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     return ks, vs
 
 
-def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, model_path: Path) -> None:
+def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Target, model_path: Path) -> None:
     """Layers up to the exit keep exactly what a plain decode writes; every skipped layer l gets
     V = Wv_l (rmsnorm(h_exit) * attn_norm_l), as numpy computes it from the GGUF."""
     exit_layer = 14
@@ -220,7 +226,7 @@ def test_an_exit_fills_the_skipped_layers_kv_from_the_exit_state(llm: Llama, mod
         first, _, _ = next(run)
         next(run)
         run.close()  # type: ignore[attr-defined]
-        k_exit, v_exit = _seq_kv_rows(llm._ctx.ctx, pos)
+        k_exit, v_exit = _seq_kv_rows(llm.ctx, pos)
     finally:
         dec.close()
     h, (k_ref, v_ref) = _reference_output(model_path, [*tokens, first], exit_layer, kv_pos=pos)
@@ -292,7 +298,7 @@ def test_native_predictor_features_equal_the_trainers() -> None:
                 np.testing.assert_allclose(out, want[s, layer], rtol=1e-5, atol=1e-5)
 
 
-def test_an_exit_onto_a_stop_token_is_confirmed_at_full_depth(llm: Llama, model_path: Path) -> None:
+def test_an_exit_onto_a_stop_token_is_confirmed_at_full_depth(llm: Target, model_path: Path) -> None:
     """SpecEE never ends an answer early: an exit whose token is an end-of-generation token or a
     token of a stop string is declined, and the full lm_head decides that step."""
     tokens = _tokens(llm, model_path, QUESTIONS[0])

@@ -130,11 +130,10 @@ def test_draft_mode_without_a_draft_model_says_what_to_do(model_path: Path, isol
 def test_several_steps_a_call_answer_as_one_step_a_call(model_path: Path, drafter: str, native_build) -> None:
     """specee_drafter_steps (the worker's step_us > 0): the same answer as one step a call, no step
     begun past max_tokens, and a cache that says what it holds when the consumer stops early."""
-    from llama_cpp import Llama
-
     from engine.llm.decoders import DrafterDecoder
+    from engine.llm.target import Target
 
-    llm = Llama(model_path=str(model_path), n_ctx=1024, n_batch=64, n_threads=2, verbose=False)
+    llm = Target.load(model_path, n_ctx=1024, n_batch=64, n_threads=2)
     text = f"<|im_start|>user\n{COPY[0]['content']}<|im_end|>\n<|im_start|>assistant\n"
     tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
     answers = []

@@ -31,16 +31,16 @@ def _reference(llm, tokens: list[int]) -> list[int]:
 
 @pytest.mark.parametrize("which", ["default", "qwen2"])
 def test_vanilla_loop_matches_llama_cpp_pythons_generate(which: str, model_path: Path, tiny_qwen2: Path, native_build) -> None:
-    import llama_cpp
     from llama_cpp import Llama
 
     from engine.llm.decoders import VanillaDecoder
+    from engine.llm.target import Target
 
     path = model_path if which == "default" else tiny_qwen2
-    llm = Llama(model_path=str(path), n_ctx=1024, n_batch=64, n_threads=2, verbose=False)
+    ref = Llama(model_path=str(path), n_ctx=1024, n_batch=64, n_threads=2, verbose=False)
+    llm = Target.load(path, n_ctx=1024, n_batch=64, n_threads=2)
     first = llm.tokenize(b"The history of the printing press in Europe began", add_bos=True)
-    want_first = _reference(llm, first)
-    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm._ctx.ctx), True)
+    want_first = _reference(ref, first)
 
     dec = VanillaDecoder(llm)
     try:
@@ -55,25 +55,54 @@ def test_vanilla_loop_matches_llama_cpp_pythons_generate(which: str, model_path:
         dec.forget()
         assert dec.kv_used() == 0 and dec.cached_prefix(second) == 0
         cold = list(itertools.islice(dec.stream(second, p.Sampling.greedy()), N))
-        assert reused == cold == _reference(llm, second)
+        assert reused == cold == _reference(ref, second)
     finally:
         dec.close()
         llm.close()
+        ref.close()
 
 
-def test_a_grammar_constrains_the_answer_and_logprobs_are_the_models(model_path: Path, native_build) -> None:
-    import llama_cpp
+def test_sampled_answers_match_llama_cpp_pythons_generate(model_path: Path, native_build) -> None:
+    """The sampler chain (engine/llm/decoders/sampling.py make_sampler, over llama.h) and the seed it
+    reads from the target: a sampled answer is token for token the one llama-cpp-python's generate
+    samples with the same settings and seed."""
     from llama_cpp import Llama
 
     from engine.llm.decoders import VanillaDecoder
+    from engine.llm.target import Target
 
-    llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    ref = Llama(model_path=str(model_path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    llm = Target.load(model_path, n_ctx=512, n_batch=64, n_threads=2)
+    dec = VanillaDecoder(llm)
+    tokens = llm.tokenize(b"Once upon a time, in a village by the sea,", add_bos=True)
+    s = p.Sampling(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, presence_penalty=0.2, seed=11)
+    try:
+        for seed in (11, 12345):
+            ref.reset()
+            ref.set_seed(seed)
+            gen = ref.generate(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temp=s.temperature,
+                               repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty)  # fmt: skip
+            want = list(itertools.islice(gen, N))
+            llm.set_seed(seed)
+            dec.forget()
+            assert list(itertools.islice(dec.stream(tokens, s), N)) == want
+    finally:
+        dec.close()
+        llm.close()
+        ref.close()
+
+
+def test_a_grammar_constrains_the_answer_and_logprobs_are_the_models(model_path: Path, native_build) -> None:
+    from engine.llm.decoders import VanillaDecoder
+    from engine.llm.target import Target
+
+    llm = Target.load(model_path, n_ctx=512, n_batch=64, n_threads=2)
     prompt = llm.tokenize(b"<|im_start|>user\nIs the sky blue?<|im_end|>\n<|im_start|>assistant\n", add_bos=False, special=True)
     dec = VanillaDecoder(llm)
     try:
         out = []
         for tok in dec.stream(prompt, p.Sampling.greedy(), 'root ::= ("yes" | "no") "!"'):
-            if llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok):  # the grammar lets it come only once complete
+            if llm.is_eog(tok):  # the grammar lets it come only once complete
                 break
             out.append(tok)
             logprob, top = dec.logprobs(tok, 5)
@@ -98,12 +127,12 @@ def test_greedy_pick_is_the_greedy_samplers_token(which: str, model_path: Path, 
     at every step of three answers the chain, asked about the same logits, picks the same token (the
     tiny model's random weights give near-ties)."""
     import llama_cpp
-    from llama_cpp import Llama
 
     from engine.llm.decoders import VanillaDecoder, greedy_alone, make_sampler
+    from engine.llm.target import Target
 
     path = model_path if which == "default" else tiny_qwen2
-    llm = Llama(model_path=str(path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    llm = Target.load(path, n_ctx=512, n_batch=64, n_threads=2)
     dec = VanillaDecoder(llm)
     chain = make_sampler(llm, p.Sampling.greedy())
     steps = 0
@@ -111,7 +140,7 @@ def test_greedy_pick_is_the_greedy_samplers_token(which: str, model_path: Path, 
         for text in (b"Once upon a time", b"def fibonacci(n):", b"The capital of France is"):
             dec.forget()
             for tok in itertools.islice(dec.stream(llm.tokenize(text, add_bos=True), p.Sampling.greedy()), 48):
-                assert tok == llama_cpp.llama_sampler_sample(chain.sampler, llm._ctx.ctx, -1)
+                assert tok == llama_cpp.llama_sampler_sample(chain.sampler, llm.ctx, -1)
                 steps += 1
     finally:
         dec.close()
@@ -133,12 +162,11 @@ def test_native_steps_answer_as_one_token_at_a_time(which: str, model_path: Path
     """Several tokens a native call (step_us > 0) give the same answer as one token a call, greedy and
     sampled with a seed, and a second turn that reuses a cache left decoded past where its consumer
     stopped answers as a cold one; at most max_tokens come, and the last of them is not decoded."""
-    from llama_cpp import Llama
-
     from engine.llm.decoders import VanillaDecoder
+    from engine.llm.target import Target
 
     path = model_path if which == "default" else tiny_qwen2
-    llm = Llama(model_path=str(path), n_ctx=512, n_batch=64, n_threads=2, verbose=False)
+    llm = Target.load(path, n_ctx=512, n_batch=64, n_threads=2)
     dec = VanillaDecoder(llm)
     first = llm.tokenize(b"The history of the printing press in Europe began", add_bos=True)
     sampled = p.Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=7, repeat_penalty=1.1, max_tokens=N)

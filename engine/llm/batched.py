@@ -1,6 +1,6 @@
 """Several vanilla sequences decoded together: one llama_decode per step holds the next token of every
 answer being written plus prompt chunks of newly started ones, each in its own sequence (and KV
-cache: engine/llm/load.py parallel_sequences), each sampled by its own sampler chain. The CPU
+cache: engine/llm/target.py context_params), each sampled by its own sampler chain. The CPU
 kernels are batch-invariant (tests/test_batch_invariance.py) and a sequence attends only to its own
 cache, laid out as it would be alone, so its tokens are those VanillaDecoder gives it alone.
 
@@ -23,10 +23,10 @@ import ctypes
 from dataclasses import dataclass, field
 
 import llama_cpp
-from llama_cpp import Llama
-from llama_cpp._internals import LlamaSampler
 
 from engine import native
+from engine.llm.decoders.sampling import SamplerChain
+from engine.llm.target import Target
 from engine.sequences import common_prefix
 
 # Prompt rows one step may add beside answers being decoded: a new prompt goes in chunks of this
@@ -48,7 +48,7 @@ class Slot:
     n_fed: int = 0  # prompt tokens in the cache: the prefill's progress
     cached: int = 0  # of them, reused from the previous answer's cache
     next: int = -1  # the token sampled last, decoded at the next step (-1: none yet)
-    sampler: LlamaSampler | None = None
+    sampler: SamplerChain | None = None
     greedy: bool = False  # the sampler is greedy alone: native specee_greedy picks its token (decoders.greedy_alone)
     active: bool = False
     used_at: int = 0  # when it last started (its prefill goes in arrival order)
@@ -58,8 +58,8 @@ class Slot:
 class BatchedVanilla:
     """Up to n_slots answers decoded together on one context (created for that many sequences)."""
 
-    def __init__(self, llm: Llama, n_slots: int, n_ctx_seq: int, prefill_per_step: int = PREFILL_PER_STEP) -> None:
-        self._ctx = llm._ctx.ctx
+    def __init__(self, llm: Target, n_slots: int, n_ctx_seq: int, prefill_per_step: int = PREFILL_PER_STEP) -> None:
+        self._ctx = llm.ctx
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._n_batch = llm.n_batch
         self.n_ctx_seq = n_ctx_seq  # one sequence's room: its prompt and answer
@@ -102,7 +102,7 @@ class BatchedVanilla:
         reuse = max(free, key=lambda s: (common_prefix(s.kv, tokens), -s.used_at))
         return reuse if common_prefix(reuse.kv, tokens) >= MIN_REUSE_TOKENS else free[0]
 
-    def start(self, slot: Slot, tokens: list[int], sampler: LlamaSampler, greedy: bool = False) -> Slot:
+    def start(self, slot: Slot, tokens: list[int], sampler: SamplerChain, greedy: bool = False) -> Slot:
         """Begin the prompt in this free slot (pick()); its prefill runs in the next steps. greedy: the
         sampler is greedy alone (decoders.greedy_alone), so the arg max is taken without it."""
         if not tokens or len(tokens) >= self.n_ctx_seq:

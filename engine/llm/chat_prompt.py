@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import llama_cpp
-from llama_cpp import Llama
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from engine.llm.target import Jinja2ChatFormatter, Target
 
 # Used only when a GGUF carries no template: ChatML is what most small instruct models expect.
 CHATML_FALLBACK = (
@@ -89,14 +89,13 @@ class ChatPrompt:
         self.format_name = "the model's own template" if template else (builtin_name or "chatml")
 
     @classmethod
-    def for_model(cls, llm: Llama, template: str | None) -> ChatPrompt:
+    def for_model(cls, llm: Target, template: str | None) -> ChatPrompt:
         """The model's template, special tokens and BOS rule: one definition for the worker and
         the trainer, so teacher data sees exactly the prompts users send."""
-        model = llm._model
-        bos_id, eos_id = model.token_bos(), model.token_eos()
-        bos = model.token_get_text(bos_id) if bos_id >= 0 else ""
-        eos = model.token_get_text(eos_id) if eos_id >= 0 else ""
-        add_bos = model.add_bos_token() and bos_id >= 0
+        bos_id, eos_id = llm.token_bos(), llm.token_eos()
+        bos = llm.token_text(bos_id) if bos_id >= 0 else ""
+        eos = llm.token_text(eos_id) if eos_id >= 0 else ""
+        add_bos = llm.add_bos_token() and bos_id >= 0
 
         def tokenize(text: str) -> list[int]:
             # a template that writes the BOS text itself must not get a second one
@@ -236,13 +235,11 @@ def _drop_oldest(messages: list[dict[str, str]]) -> tuple[list[dict[str, str]], 
     return [m for i, m in enumerate(messages) if i not in cut], len(cut)
 
 
-def _architecture(llm: Llama) -> str:
-    buf = ctypes.create_string_buffer(128)
-    n = llama_cpp.llama_model_meta_val_str(llm._model.model, b"general.architecture", buf, len(buf))
-    return buf.value.decode() if n > 0 else ""
+def _architecture(llm: Target) -> str:
+    return llm.meta("general.architecture")
 
 
-def _vocab_has(llm: Llama, piece: str) -> bool:
+def _vocab_has(llm: Target, piece: str) -> bool:
     toks = llm.tokenize(piece.encode(), add_bos=False, special=True)
     return len(toks) == 1
 

@@ -43,18 +43,17 @@ def measure(
 ) -> list[CostCurve]:
     """Curves for the kernel variants sharing one weights layout, measured in interleaved rounds
     (every size and variant once per round) so a slow spell of the machine hits all alike."""
-    from llama_cpp import Llama
     from llama_cpp import llama_cpp as C
 
-    from engine.llm.load import batch_invariant_weights, flash_attention
+    from engine.llm.load import flash_attention
+    from engine.llm.target import Target
     from engine.native import set_multicol, set_split_by_thread
 
-    with batch_invariant_weights(repack):
-        # attention as the worker's target on the CPU
-        llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=512, n_threads=threads, n_threads_batch=threads,
-                    flash_attn=flash_attention(0), verbose=False)  # fmt: skip
+    # attention as the worker's target on the CPU
+    llm = Target.load(model_path, n_ctx=512, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                      flash_attn=flash_attention(0), repack=repack)  # fmt: skip
     try:
-        ctx = llm._ctx.ctx
+        ctx = llm.ctx
         mem = C.llama_get_memory(ctx)
         prefix = llm.tokenize(b"Write a Python function that parses an ISO date and explains each step." * 8)[:PREFIX]
         tokens = llm.tokenize(b" the quick brown fox jumps over the lazy dog and keeps running far away", add_bos=False)

@@ -16,12 +16,12 @@ import ctypes
 from dataclasses import dataclass
 
 import numpy as np
-from llama_cpp import Llama
 from llama_cpp import llama_cpp as C
 
 from engine import native
 from engine.hardware import physical_cores
 from engine.llm.chat_prompt import ChatPrompt
+from engine.llm.target import Target
 from engine.models.gguf_file import inspect_gguf
 
 
@@ -64,25 +64,16 @@ class Sequence:
 class Teacher:
     def __init__(self, model_path: str, layers: list[int] | None = None, n_ctx: int = 1024, n_threads: int = 0) -> None:
         self.lib = native.lib()
-        self.llm = Llama(
-            model_path=model_path,
-            n_ctx=n_ctx,
-            n_batch=n_ctx,
-            n_ubatch=n_ctx,
-            n_threads=n_threads or physical_cores(),
-            logits_all=True,
-            verbose=False,
-        )
-        model = self.llm._model
+        self.llm = Target.load(model_path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=n_threads or physical_cores())
         self.n_ctx = n_ctx
-        self.n_layer = C.llama_model_n_layer(model.model)
-        self.n_embd = model.n_embd()
-        self.n_vocab = model.n_vocab()
+        self.n_layer = self.llm.n_layer()
+        self.n_embd = self.llm.n_embd()
+        self.n_vocab = self.llm.n_vocab()
         self.layers = layers or default_feature_layers(self.n_layer)
         if len(self.layers) != 3 or not all(0 <= lid < self.n_layer for lid in self.layers):
             raise ValueError(f"need 3 feature layers in [0, {self.n_layer}), got {self.layers}")
         for lid in self.layers:
-            self.lib.specee_capture_layer_input(self.llm._ctx.ctx, lid, True)
+            self.lib.specee_capture_layer_input(self.llm.ctx, lid, True)
         self.prompt = ChatPrompt.for_model(self.llm, inspect_gguf(model_path).chat_template)
 
     def _generation_context(self, n_seq: int) -> ctypes.c_void_p:
@@ -96,7 +87,7 @@ class Teacher:
             params.n_seq_max = n_seq
             params.kv_unified = False
             params.n_threads = params.n_threads_batch = self.llm.n_threads
-            ctx = C.llama_init_from_model(self.llm._model.model, params)
+            ctx = C.llama_init_from_model(self.llm.model, params)
             if not ctx:
                 raise RuntimeError(f"could not create a {n_seq}-sequence generation context")
             for lid in self.layers:  # before its first decode: turning capture on re-reserves the scheduler
@@ -122,7 +113,7 @@ class Teacher:
         prompts = [self.prompt.fit([{"role": "user", "content": t}], budget).tokens for t in texts]
         ctx = self._generation_context(n_seq)
         C.llama_memory_clear(C.llama_get_memory(ctx), True)
-        vocab = self.llm._model.vocab
+        vocab = self.llm.vocab
         answers: list[list[int]] = [[] for _ in texts]
         feats = [np.empty((len(p) + max_new, 3, self.n_embd), np.float16) for p in prompts]
         top4 = [np.full((len(p) + max_new, 4), -1, np.int32) for p in prompts]  # answer rows: only the top one is known
@@ -178,7 +169,7 @@ class Teacher:
         """Questions the model writes itself: from the chat template's user-turn prefix, sampled
         until the turn ends (Magpie). A question still going at max_len tokens is dropped."""
         prefix = self.prompt.user_turn_prefix()
-        vocab = self.llm._model.vocab
+        vocab = self.llm.vocab
         out: list[str] = []
         for start in range(0, n, n_seq):
             k = min(n_seq, n - start)
@@ -242,8 +233,7 @@ class Teacher:
         prompts, 3614 tokens; generation and this pass together 1.7 -> 1.45 s per prompt)."""
         n = len(tokens)
         assert n <= self.n_ctx
-        self.llm.reset()
-        C.llama_memory_clear(C.llama_get_memory(self.llm._ctx.ctx), True)
+        self.llm.clear()
         batch = C.llama_batch_init(n, 0, 1)
         try:
             for i, tok in enumerate(tokens):
@@ -253,17 +243,17 @@ class Teacher:
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = i < n_prompt or i == n - 1
             batch.n_tokens = n
-            rc = C.llama_decode(self.llm._ctx.ctx, batch)
+            rc = C.llama_decode(self.llm.ctx, batch)
             if rc != 0:
                 raise RuntimeError(f"llama_decode failed with {rc}")
         finally:
             C.llama_batch_free(batch)
         feats = np.empty((n, 3, self.n_embd), dtype=np.float16)
         for j, lid in enumerate(self.layers):
-            ptr = self.lib.specee_layer_input(self.llm._ctx.ctx, lid)
+            ptr = self.lib.specee_layer_input(self.llm.ctx, lid)
             feats[:, j, :] = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n, self.n_embd))
         rows = np.r_[np.arange(min(n_prompt, n)), [n - 1]] if n_prompt < n else np.arange(n)
-        logits = np.ctypeslib.as_array(C.llama_get_logits(self.llm._ctx.ctx), shape=(len(rows), self.n_vocab))
+        logits = np.ctypeslib.as_array(C.llama_get_logits(self.llm.ctx), shape=(len(rows), self.n_vocab))
         top4 = np.full((n, 4), -1, dtype=np.int32)  # answer rows: only the top one is known
         top4[rows] = _top4(logits)
         top4[n_prompt : n - 1, 0] = tokens[n_prompt + 1 :]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 KV_BYTES = 2  # f16 K and V cache
 # Share of the measured read bandwidth the CPU's dot products reach per weight type, without the
-# runtime repacking we turn off for batch invariance (engine/llm/load.py): K-quants decode
+# runtime repacking we turn off for batch invariance (engine/llm/target.py): K-quants decode
 # compute-bound on this 2-core EPYC (Qwen2.5-Coder-1.5B Q4_K/Q6_K: 41.8 ms per token where 1.1 GB at
 # the full bandwidth would take 30). Other types stream at the measured bandwidth.
 CPU_TYPE_EFFICIENCY = {"Q2_K": 0.7, "Q3_K": 0.7, "Q4_K": 0.7, "Q5_K": 0.7, "Q6_K": 0.7}

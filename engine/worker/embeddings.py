@@ -12,12 +12,13 @@ freed before the model (EngineSession.close calls close()).
 
 from __future__ import annotations
 
+from typing import Any
+
 import llama_cpp
 import numpy as np
-from llama_cpp import Llama
-from llama_cpp._internals import LlamaBatch, LlamaContext
 
 from engine import protocol as p
+from engine.llm.target import Target
 
 EMBED_CHUNK = 128  # tokens a decode reads (its buffers: this many tokens' logits and hidden states)
 EMBED_CTX_MAX = 8192  # the longest input embedded (OpenAI's limit is 8191), where the context allows
@@ -30,12 +31,11 @@ class EmbedInputError(Exception):
 
 
 class Embedder:
-    def __init__(self, llm: Llama, n_ctx: int, n_threads: int) -> None:
+    def __init__(self, llm: Target, n_ctx: int, n_threads: int) -> None:
         self._llm = llm
         self.n_ctx = min(n_ctx, EMBED_CTX_MAX)
-        model = llm._model.model
-        self.n_embd = llama_cpp.llama_model_n_embd_out(model)
-        self.n_vocab = llm._model.n_vocab()
+        self.n_embd = llama_cpp.llama_model_n_embd_out(llm.model)
+        self.n_vocab = llm.n_vocab()
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = self.n_ctx
         params.n_batch = params.n_ubatch = EMBED_CHUNK
@@ -43,11 +43,10 @@ class Embedder:
         params.n_threads = params.n_threads_batch = n_threads
         params.embeddings = True
         params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE  # summed here, chunk by chunk
-        try:
-            self._ctx = LlamaContext(model=llm._model, params=params, verbose=False)
-        except ValueError as exc:
-            raise EmbedInputError(p.ErrorKind.INTERNAL, f"the embedding context could not be made: {exc}") from exc
-        self._batch = LlamaBatch(n_tokens=EMBED_CHUNK, embd=0, n_seq_max=1, verbose=False)
+        self._ctx: Any = llama_cpp.llama_init_from_model(llm.model, params)
+        if not self._ctx:
+            raise EmbedInputError(p.ErrorKind.INTERNAL, "the embedding context could not be made: Failed to create llama_context")
+        self._batch: Any = llama_cpp.llama_batch_init(EMBED_CHUNK, 0, 1)
 
     def embed(self, req: p.Embed) -> p.Embeddings:
         if req.texts:
@@ -69,13 +68,19 @@ class Embedder:
         return p.Embeddings(req.request_id, [self._vector(tokens) for tokens in inputs], [len(t) for t in inputs])
 
     def _vector(self, tokens: list[int]) -> list[float]:
-        self._ctx.kv_cache_clear()
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._ctx), True)
         total = np.zeros(self.n_embd, dtype=np.float64)
+        b = self._batch
         for start in range(0, len(tokens), EMBED_CHUNK):
             chunk = tokens[start : start + EMBED_CHUNK]
-            self._batch.set_batch(chunk, n_past=start, logits_all=True)  # every token's hidden state out
-            self._ctx.decode(self._batch)
-            out = llama_cpp.llama_get_embeddings(self._ctx.ctx)
+            b.n_tokens = len(chunk)
+            for i, tok in enumerate(chunk):  # every token's hidden state out
+                b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, start + i, 1, True
+                b.seq_id[i][0] = 0
+            rc = llama_cpp.llama_decode(self._ctx, b)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            out = llama_cpp.llama_get_embeddings(self._ctx)
             total += np.ctypeslib.as_array(out, shape=(len(chunk) * self.n_embd,)).reshape(len(chunk), self.n_embd).sum(0)
         mean = total / len(tokens)
         norm = float(np.linalg.norm(mean))
@@ -83,5 +88,9 @@ class Embedder:
 
     def close(self) -> None:
         """Free the context and batch (before the model they belong to)."""
-        self._batch.close()
-        self._ctx.close()
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None

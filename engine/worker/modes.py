@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from llama_cpp import Llama
-
 from engine import protocol as p
 from engine.llm.decoders import Decoder, DrafterDecoder, SpecEEDecoder, VanillaDecoder
 from engine.llm.load import capture_head_layers
+from engine.llm.target import Target
 from engine.models.acceleration import AccelerationError, AccelerationPack, check_eagle_head, find_pack, head_target_layers
 from engine.models.drafts import find_draft_model, same_tokenizer
 from engine.models.exit_predictors import load_predictors
@@ -35,7 +34,7 @@ class ModeMakers:
     `acceleration`, the same as flags for Loaded; `vanilla()`, a plain decoder on the same context.
     A GPU placement captures the EAGLE head's layers here, before the first decode."""
 
-    def __init__(self, load: p.Load, llm: Llama, info: GGUFInfo, placement: p.Placement, n_ctx: int, n_threads: int) -> None:
+    def __init__(self, load: p.Load, llm: Target, info: GGUFInfo, placement: p.Placement, n_ctx: int, n_threads: int) -> None:
         self.load, self.llm, self.info, self.placement = load, llm, info, placement
         self.n_ctx, self.n_threads = n_ctx, n_threads
         self.chosen_reason = ""  # what an explicitly chosen ngram or draft mode says of itself, once made

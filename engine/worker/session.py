@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
-from llama_cpp import Llama
 
 from engine import protocol as p
 from engine.hardware import physical_cores
@@ -23,7 +22,8 @@ from engine.llm.batched import BatchedVanilla, Slot
 from engine.llm.chat_prompt import ChatPrompt
 from engine.llm.decoders import Decoder, Grammar, VanillaDecoder, greedy_alone, make_sampler
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
-from engine.llm.load import batch_invariant_weights, flash_attention, parallel_sequences
+from engine.llm.load import flash_attention
+from engine.llm.target import Target
 from engine.models.acceleration import model_sha256
 from engine.models.gguf_file import inspect_gguf
 from engine.models.weights_check import check_weights
@@ -80,17 +80,17 @@ class EngineSession:
         self.n_slots = load.n_parallel if batchable else 1
         n_cells = padded_ctx(placement.n_ctx) * self.n_slots if self.n_slots > 1 else placement.n_ctx
         try:
-            with batch_invariant_weights(repack_is_exact(info)), parallel_sequences(self.n_slots):
-                self.llm = Llama(
-                    model_path=str(Path(load.model_path)),
-                    n_ctx=n_cells,
-                    n_batch=min(512, placement.n_ctx),
-                    n_threads=self.n_threads,
-                    n_threads_batch=self.n_threads,
-                    n_gpu_layers=placement.n_gpu_layers,
-                    flash_attn=flash_attention(placement.n_gpu_layers),
-                    verbose=False,
-                )
+            self.llm = Target.load(
+                Path(load.model_path),
+                n_ctx=n_cells,
+                n_batch=min(512, placement.n_ctx),
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                n_gpu_layers=placement.n_gpu_layers,
+                flash_attn=flash_attention(placement.n_gpu_layers),
+                repack=repack_is_exact(info),
+                n_seq_max=self.n_slots,
+            )
         except (ValueError, RuntimeError, OSError) as exc:
             raise LoadError(
                 p.ErrorKind.LOAD_FAILED,
@@ -104,8 +104,7 @@ class EngineSession:
         self.n_ctx = self.llm.n_ctx() // self.n_slots  # one request's context: its prompt and answer
         if not placement.n_threads and self.n_threads > 1:
             self._governor = ThreadGovernor(self._set_threads, self.n_threads, sample=self._sample)
-        model = self.llm._model
-        self._vocab = model.vocab
+        self._vocab = self.llm.vocab
         # other conversations' caches (CPU placements: on a GPU every request prefills, see generate)
         states_folder = None
         self._keep_kv = load.keep_kv
@@ -113,7 +112,7 @@ class EngineSession:
             sha = model_sha256(Path(load.model_path))
             valid_for = folder_key(sha, build_info().get("build_key", ""), self.llm.n_ctx(), self.llm.n_batch)
             states_folder = kv_states_root() / valid_for
-        self._kv_states = KvStates(self.llm._ctx.ctx, folder=states_folder, disk_budget_bytes=load.kv_disk_budget)
+        self._kv_states = KvStates(self.llm.ctx, folder=states_folder, disk_budget_bytes=load.kv_disk_budget)
         self.prompt = ChatPrompt.for_model(self.llm, info.chat_template)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._vanilla: VanillaDecoder | None = None  # requests with a grammar or logprobs in another mode
@@ -129,9 +128,9 @@ class EngineSession:
             architecture=info.architecture,
             n_layer=info.n_layer,
             n_embd=info.n_embd,
-            n_vocab=model.n_vocab(),
+            n_vocab=self.llm.n_vocab(),
             n_ctx=self.n_ctx,
-            n_ctx_train=model.n_ctx_train(),
+            n_ctx_train=self.llm.n_ctx_train(),
             n_threads=self.n_threads,
             mode=self.mode,
             mode_reason=self.mode_reason,
@@ -226,7 +225,7 @@ class EngineSession:
         return self._piece_buf.raw[: max(n, 0)]
 
     def _set_threads(self, n: int) -> None:
-        llama_cpp.llama_set_n_threads(self.llm._ctx.ctx, n, n)
+        self.llm.set_threads(n)
         self.decoder.set_threads(n)
         self._threads_now = n
 
@@ -441,7 +440,7 @@ class EngineSession:
             gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us, progress=progress)
         else:
             gen = decoder.stream(tokens, s, step_us=step_us, progress=progress)
-        reading = StopReading(self.llm._ctx.ctx, cancelled)  # Stop ends the prompt's reading mid-batch
+        reading = StopReading(self.llm.ctx, cancelled)  # Stop ends the prompt's reading mid-batch
         try:
             first = next(gen)
         except StopIteration:

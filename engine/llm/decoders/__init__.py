@@ -6,7 +6,7 @@ one module per mode (native_loop: what the natively looped two share)."""
 
 from engine.llm.decoders.drafter import COPY_ALIKE, COPY_BUCKETS, COPY_MATCH_BUCKETS, DrafterDecoder
 from engine.llm.decoders.interface import Decoder, Progress, PromptInterrupted
-from engine.llm.decoders.sampling import Grammar, greedy_alone, make_sampler
+from engine.llm.decoders.sampling import Grammar, SamplerChain, greedy_alone, make_sampler
 from engine.llm.decoders.specee import SpecEEDecoder, exits_would_ignore
 from engine.llm.decoders.vanilla import VanillaDecoder
 
@@ -19,6 +19,7 @@ __all__ = [
     "Grammar",
     "Progress",
     "PromptInterrupted",
+    "SamplerChain",
     "SpecEEDecoder",
     "VanillaDecoder",
     "exits_would_ignore",

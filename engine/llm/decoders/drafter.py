@@ -8,14 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from llama_cpp import Llama
-
 from engine import native
 from engine import protocol as p
 from engine.hashing import sha256_file
 from engine.llm.decoders.interface import Progress
 from engine.llm.decoders.native_loop import _load_draft_model, _NativeLoop, _read_in_parts
 from engine.llm.decoders.sampling import greedy_alone, make_sampler
+from engine.llm.target import Target
 
 # the copy drafter's buckets (native/src/spec/copy-draft.h), as its accel stats name them: a match
 # length, and whether the earlier occurrences of the context's last two tokens went on alike; its
@@ -35,7 +34,7 @@ class DrafterDecoder(_NativeLoop):
 
     def __init__(
         self,
-        llm: Llama,
+        llm: Target,
         drafter: str,
         n_draft: int,
         n_threads: int,
@@ -56,7 +55,7 @@ class DrafterDecoder(_NativeLoop):
         if draft_model is not None:
             what = "EAGLE head" if drafter == "eagle" else "draft model"
             self._draft_model = _load_draft_model(draft_model, head_on_gpu, what)
-        self._handle = self.lib.specee_drafter_init(llm._ctx.ctx, drafter.encode(), self._draft_model, n_draft, n_threads)
+        self._handle = self.lib.specee_drafter_init(llm.ctx, drafter.encode(), self._draft_model, n_draft, n_threads)
         if not self._handle:
             msg = self.lib.specee_drafter_last_error().decode()
             self.close()

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
-from llama_cpp import Llama
 
 from engine.llm.decoders.interface import Progress
 from engine.llm.kv_states import Aux, seq_state, set_seq_state
+from engine.llm.target import Target
 from engine.sequences import common_prefix
 
 
@@ -29,10 +29,9 @@ def _load_draft_model(path: Path, on_gpu: bool, what: str) -> Any:
 
 class _NativeLoop:
     """What the natively looped decoders share: a draft model they load (an EAGLE head or a
-    smaller model) and the tokens in the target's KV cache, which their loop keeps past
-    llama-cpp-python's own bookkeeping."""
+    smaller model) and the tokens in the target's KV cache, which their loop keeps."""
 
-    llm: Llama
+    llm: Target
     _draft_model: Any = None
     _kv: list[int]
 

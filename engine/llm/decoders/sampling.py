@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
-from llama_cpp import Llama
-from llama_cpp._internals import LlamaSampler
 
 from engine import protocol as p
+from engine.llm.target import Target
 
 
 @dataclass(frozen=True)
@@ -32,9 +31,9 @@ class Grammar:
             tuple(req.grammar_prefill),
         )  # fmt: skip
 
-    def sampler(self, llm: Llama) -> Any:
+    def sampler(self, llm: Target) -> Any:
         """llama.cpp's grammar sampler for it; SettingsError for a grammar llama.cpp cannot parse."""
-        vocab = llm._model.vocab
+        vocab = llm.vocab
         if self.lazy:
             patterns = (ctypes.c_char_p * len(self.trigger_patterns))(*(x.encode() for x in self.trigger_patterns))
             tokens = (llama_cpp.llama_token * len(self.trigger_tokens))(*self.trigger_tokens)
@@ -50,34 +49,55 @@ class Grammar:
         return smpl
 
 
-def make_sampler(llm: Llama, s: p.Sampling, grammar: str | Grammar = "") -> LlamaSampler:
-    """llama.cpp's sampler chain for `s`, as llama-cpp-python's Llama._init_sampler builds it (same
+class SamplerChain:
+    """A llama.cpp sampler chain (llama_sampler_chain_init) and the samplers it owns, freed with it
+    when this goes (as llama-cpp-python's LlamaSampler did). `sampler`: the chain's pointer, for
+    llama_sampler_sample and native code."""
+
+    def __init__(self) -> None:
+        self.sampler: Any = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+
+    def add(self, smpl: Any) -> None:
+        """Append a sampler; the chain owns it from here."""
+        llama_cpp.llama_sampler_chain_add(self.sampler, smpl)
+
+    def close(self) -> None:
+        if getattr(self, "sampler", None) is not None:
+            llama_cpp.llama_sampler_free(self.sampler)
+            self.sampler = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def make_sampler(llm: Target, s: p.Sampling, grammar: str | Grammar = "") -> SamplerChain:
+    """llama.cpp's sampler chain for `s`, as llama-cpp-python's Llama._init_sampler built it (same
     samplers, same order: answers stay token-identical to it), with a logit bias first when asked, then
     a grammar (GBNF, root rule "root"): it rules out every token that cannot continue it, the
     end-of-generation tokens until it is complete, before any other sampler sees the candidates."""
-    chain = LlamaSampler()
+    chain = SamplerChain()
     n_vocab = llm.n_vocab()
     if s.logit_bias:
         biases = (llama_cpp.llama_logit_bias * len(s.logit_bias))(*_logit_biases(s.logit_bias, n_vocab))
         # llama.cpp copies the biases: the array need not outlive this call
-        llama_cpp.llama_sampler_chain_add(chain.sampler, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
+        chain.add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
     grammar = Grammar(grammar) if isinstance(grammar, str) else grammar
     if grammar.text:
-        # the chain owns it from here
-        llama_cpp.llama_sampler_chain_add(chain.sampler, grammar.sampler(llm))
-    chain.add_penalties(
-        n_vocab=n_vocab, penalty_last_n=llm.last_n_tokens_size, penalty_repeat=s.repeat_penalty,
-        penalty_freq=s.frequency_penalty, penalty_present=s.presence_penalty,
-    )  # fmt: skip
+        chain.add(grammar.sampler(llm))
+    chain.add(
+        llama_cpp.llama_sampler_init_penalties(
+            n_vocab, llm.last_n_tokens_size, s.repeat_penalty, s.frequency_penalty, s.presence_penalty
+        )
+    )
     if s.temperature == 0.0:
-        chain.add_greedy()
+        chain.add(llama_cpp.llama_sampler_init_greedy())
         return chain
-    chain.add_top_k(s.top_k)
-    chain.add_typical(1.0, 1)
-    chain.add_top_p(s.top_p, 1)
-    chain.add_min_p(s.min_p, 1)
-    chain.add_temp(s.temperature)
-    chain.add_dist(llm._seed)
+    chain.add(llama_cpp.llama_sampler_init_top_k(s.top_k))
+    chain.add(llama_cpp.llama_sampler_init_typical(1.0, 1))
+    chain.add(llama_cpp.llama_sampler_init_top_p(s.top_p, 1))
+    chain.add(llama_cpp.llama_sampler_init_min_p(s.min_p, 1))
+    chain.add(llama_cpp.llama_sampler_init_temp(s.temperature))
+    chain.add(llama_cpp.llama_sampler_init_dist(llm.seed))
     return chain
 
 

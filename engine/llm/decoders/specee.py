@@ -8,9 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
 import numpy as np
-from llama_cpp import Llama
 
 from engine import native
 from engine import protocol as p
@@ -18,6 +16,7 @@ from engine.hashing import sha256_file
 from engine.llm.decoders.interface import Progress
 from engine.llm.decoders.native_loop import _load_draft_model, _NativeLoop, _read_in_parts
 from engine.llm.decoders.sampling import make_sampler
+from engine.llm.target import Target
 from engine.models.exit_predictors import ExitPredictors
 
 
@@ -27,7 +26,7 @@ class SpecEEDecoder(_NativeLoop):
 
     def __init__(
         self,
-        llm: Llama,
+        llm: Target,
         head_path: Path,
         predictors: ExitPredictors | None,
         n_threads: int,
@@ -45,12 +44,12 @@ class SpecEEDecoder(_NativeLoop):
         self._ee = None
         self.n_cand = predictors.n_cand if predictors else n_cand
         self._draft_model = _load_draft_model(head_path, head_on_gpu, "EAGLE head")
-        self._ee = self.lib.specee_ee_init(llm._ctx.ctx, self._draft_model, self.n_cand, n_threads)
+        self._ee = self.lib.specee_ee_init(llm.ctx, self._draft_model, self.n_cand, n_threads)
         if not self._ee:
             msg = self.lib.specee_last_error().decode()
             self.close()
             raise RuntimeError(msg)
-        self.n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
+        self.n_layer = llm.n_layer()
         self._head_id = sha256_file(Path(head_path))
         # exits only after the last layer skip no layer, so the cache holds no filled-in K/V and is
         # what any mode would have computed: it may be kept and restored (engine/llm/kv_states.py)

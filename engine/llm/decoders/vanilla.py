@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import llama_cpp
 import numpy as np
-from llama_cpp import Llama
 
 from engine import native
 from engine import protocol as p
 from engine.llm.decoders.interface import Progress, PromptInterrupted
 from engine.llm.decoders.sampling import Grammar, greedy_alone, make_sampler
 from engine.llm.kv_states import Aux
+from engine.llm.target import Target
 from engine.sequences import common_prefix
 
 
@@ -25,10 +25,10 @@ class VanillaDecoder:
     the cache and kept its own arrays every token). Prefill chunks as llama-cpp-python's eval did (n_batch rows from the
     first uncached token), so answers are token-identical to it."""
 
-    def __init__(self, llm: Llama, n_ctx: int = 0) -> None:
+    def __init__(self, llm: Target, n_ctx: int = 0) -> None:
         """n_ctx: the room of its sequence (0: the context's; less where the context holds several)."""
         self.llm = llm
-        self._ctx = llm._ctx.ctx
+        self._ctx = llm.ctx
         self._n_vocab = llm.n_vocab()
         self._n_batch = llm.n_batch
         self._n_ctx = n_ctx or llm.n_ctx()
@@ -145,8 +145,7 @@ class VanillaDecoder:
 
     def forget(self) -> None:
         self._kv = []
-        self.llm.reset()
-        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._ctx), True)
+        self.llm.clear()
 
     def set_threads(self, n: int) -> None:
         pass  # no context of its own
