@@ -157,3 +157,16 @@ def test_the_worker_sets_the_kernel_switches_from_the_registry(model_path: Path,
         monkeypatch.delenv(knobs.SPLIT_BY_THREAD.name, raising=False)
         apply_kernel_knobs()
         llm.close()
+
+
+RENAMED = ("SIMULATED_LOAD", "ALLOW_SOFTWARE_GPU", "SHIPPED_ACCEL_DIR", "CPU_REPACK", "MULTICOL", "SPLIT_BY_THREAD")
+
+
+def test_no_test_or_doc_sets_a_knob_by_its_former_name() -> None:
+    """The test knobs are SPECEE_TEST_* now: a test (or a doc's command) still setting a former name
+    would silently set nothing."""
+    former = re.compile(r"\bSPECEE_(?:" + "|".join(RENAMED) + r")\b(?!_)")
+    files = [*(REPO / "tests").rglob("*.py"), *(REPO / "docs").rglob("*.md"), REPO / "README.md", REPO / "Makefile"]
+    this = Path(__file__).resolve()
+    found = [f"{f.relative_to(REPO)}" for f in files if f.resolve() != this and former.search(f.read_text())]
+    assert not found
