@@ -1,0 +1,441 @@
+// Flash attention for prompt batches, tiled over query rows, every row bit-identical to one pass
+// (compiled into ggml-cpu by patch 0009; ops.cpp calls it first, patch 0018).
+//
+// Patch 0018 keeps ggml-cpu's flash attention to one pass per query row over all its KV cells, so a
+// prompt row cached by prefill equals what a one-token decode computes. That pass reads each K/V
+// cell once per query row and per head: at 7k tokens a 512-row batch re-read megabytes of K/V per
+// row from L3. Here a tile of query rows (a few positions, times the query heads that share a KV head
+// under GQA) walks the KV cells in blocks small enough to stay in L1: each block is loaded once and
+// every row of the tile runs over it the very loop body of ggml's one-pass row (same vec_dot, same
+// online-softmax update, same fp16 V accumulation, cells in the same order, masked cells skipped
+// the same way), its running max, sum and accumulator carried from block to block. Blocking changes
+// where a row's state sits between cells, never an operation on it, so a row's output does not
+// depend on the tile, the batch or the thread it was computed in. Every F16-K/V row goes through
+// here, decodes included, so there is one compiled copy of the row's arithmetic.
+#include "flash_attn_rows.h"
+
+#include "common.h"
+#include "ggml-cpu.h"
+#include "ggml-impl.h"
+#include "vec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+// A tile holds at most this many query rows (positions x heads); their Q and fp16 accumulators
+// (256 B a row at head size 64) stay in L1 beside one block of K/V cells.
+constexpr int MAX_ROWS = 64;
+// the widest V row the AVX-512 path keeps converted in registers
+constexpr int MAX_DV = 512;
+
+int env_int(const char * name, int fallback) {
+    const char * value = std::getenv(name);
+    return value && *value ? std::atoi(value) : fallback;
+}
+
+#if defined(__AVX512F__) && !defined(__AVX512FP16__) && defined(__GNUC__)
+#define SPECEE_FA_AVX512 1
+
+// ggml_vec_dot_f16 on AVX-512 (simd-mappings.h GGML_F32Cx16_*, F16_STEP 64, four accumulators) is,
+// for one K row x and one Q row y of length n (a multiple of 64): sum[j][l] = fma chain over the
+// steps of x[st*64+16j+l]*y[st*64+16j+l] from +0; t[l] = (sum[0][l]+sum[2][l]) + (sum[1][l]+sum[3][l]);
+// then _mm512_reduce_add_ps(t) pairs lane i with i+8, then i with i+4, then 0 with 2 and 1 with 3,
+// then the two. Products of two fp16 values are exact in f32, so each fma equals an add of the
+// product. Here the same operations run with the lanes holding 16 query rows instead of 16
+// elements (rows transposed in QT: QT[group][e][row]), for every cell of a block: one broadcast K
+// element serves 16 rows. Result: KQ[cell][row], bit for bit ggml_vec_dot_f16(n, K[cell], Q[row]).
+// A group of fewer rows than MIN_LANES (a decode's lone row) takes ggml's own vec_dot per row
+// instead: the same values, without 16 lanes' work for a few rows.
+constexpr int64_t MIN_LANES = 6;
+
+void dots_avx512(int64_t DK, int64_t ncell, const char * k_block, size_t nbk1, const float * QT, int64_t nr,
+                 float * Kf, float * KQ, ggml_vec_dot_t kq_vec_dot, const ggml_fp16_t * Q_q) {
+    for (int64_t c = 0; c < ncell; ++c) {
+        const ggml_fp16_t * kc = (const ggml_fp16_t *) (k_block + c*nbk1);
+        for (int64_t e = 0; e < DK; e += 16) {
+            _mm512_storeu_ps(Kf + c*DK + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (kc + e))));
+        }
+    }
+    for (int64_t g = 0; g*16 < nr; ++g) {
+        if (nr - g*16 < MIN_LANES) {
+            for (int64_t c = 0; c < ncell; ++c) {
+                for (int64_t r = g*16; r < nr; ++r) {
+                    kq_vec_dot(DK, KQ + c*MAX_ROWS + r, 0, k_block + c*nbk1, 0, Q_q + r*DK, 0, 1);
+                }
+            }
+            continue;
+        }
+        const float * qt = QT + g*16*DK;
+        for (int64_t c = 0; c < ncell; ++c) {
+            const float * kf = Kf + c*DK;
+            __m512 t[16];
+            for (int l = 0; l < 16; ++l) {
+                __m512 a0 = _mm512_setzero_ps();
+                __m512 a1 = _mm512_setzero_ps();
+                __m512 a2 = _mm512_setzero_ps();
+                __m512 a3 = _mm512_setzero_ps();
+                for (int64_t st = 0; st < DK; st += 64) {
+                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st +  0 + l]), _mm512_loadu_ps(qt + (st +  0 + l)*16), a0);
+                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 16 + l]), _mm512_loadu_ps(qt + (st + 16 + l)*16), a1);
+                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 32 + l]), _mm512_loadu_ps(qt + (st + 32 + l)*16), a2);
+                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 48 + l]), _mm512_loadu_ps(qt + (st + 48 + l)*16), a3);
+                }
+                t[l] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+            }
+            for (int i = 0; i < 8; ++i) {
+                t[i] = _mm512_add_ps(t[i + 8], t[i]);
+            }
+            for (int i = 0; i < 4; ++i) {
+                t[i] = _mm512_add_ps(t[i + 4], t[i]);
+            }
+            const __m512 f0 = _mm512_add_ps(t[0], t[2]);
+            const __m512 f1 = _mm512_add_ps(t[1], t[3]);
+            _mm512_storeu_ps(KQ + c*MAX_ROWS + g*16, _mm512_add_ps(f0, f1));
+        }
+    }
+}
+
+// ggml_vec_mad_f16 / ggml_vec_scale_f16 on AVX-512 for n a multiple of 64: per 16 elements
+// y = fp16(fp32(x)*v + fp32(y)) (one fma) / y = fp16(fp32(y)*v), rounding to nearest. The cell's V
+// row is converted once for all rows here instead of once per row: the same values.
+inline void mad_f16_avx512(int64_t DV, ggml_fp16_t * y, const __m512 * vf, float v) {
+    const __m512 vx = _mm512_set1_ps(v);
+    for (int64_t i = 0; i < DV/16; ++i) {
+        __m512 ay = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (y + 16*i)));
+        ay = _mm512_fmadd_ps(vf[i], vx, ay);
+        _mm256_storeu_si256((__m256i *) (y + 16*i), _mm512_cvtps_ph(ay, 0));
+    }
+}
+
+inline void scale_f16_avx512(int64_t DV, ggml_fp16_t * y, float v) {
+    const __m512 vx = _mm512_set1_ps(v);
+    for (int64_t i = 0; i < DV/16; ++i) {
+        __m512 ay = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (y + 16*i)));
+        ay = _mm512_mul_ps(ay, vx);
+        _mm256_storeu_si256((__m256i *) (y + 16*i), _mm512_cvtps_ph(ay, 0));
+    }
+}
+
+// The online-softmax updates of one block of cells for every row of the tile, cell by cell (a
+// row's cells in ggml's order), each row's statements those of ggml's one-pass loop.
+void updates_avx512(int64_t DV, int64_t ic0, int64_t ncell, const char * v_block, size_t nbv1, const float * KQ,
+                    int64_t nr, const ggml_fp16_t * const * mp_row, const float * slope_row, float scale,
+                    float logit_softcap, float * M_row, float * S_row, ggml_fp16_t * VKQ16) {
+    __m512 vf[MAX_DV/16];
+    for (int64_t c = 0; c < ncell; ++c) {
+        const int64_t ic = ic0 + c;
+        const ggml_fp16_t * vc = (const ggml_fp16_t *) (v_block + c*nbv1);
+        for (int64_t i = 0; i < DV/16; ++i) {
+            vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (vc + 16*i)));
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+            const ggml_fp16_t * mp = mp_row[r];
+            const float mv = mp ? slope_row[r]*GGML_CPU_FP16_TO_FP32(mp[ic]) : 0.0f;
+            if (mv == -INFINITY) {
+                continue;
+            }
+
+            float s = KQ[c*MAX_ROWS + r]; // KQ value
+
+            s = s*scale; // scale KQ value
+
+            if (logit_softcap != 0.0f) {
+                s = logit_softcap*tanhf(s);
+            }
+
+            s += mv; // apply mask
+
+            float M = M_row[r];
+            const float Mold = M;
+
+            float ms = 1.0f; // upon new higher max val, scale VKQ and KQ sum with this value
+            float vs = 1.0f; // post-softmax KQ value, expf(s - M)
+
+            ggml_fp16_t * VKQr = VKQ16 + r*DV;
+
+            if (s > M) {
+                // s is new maximum, ms < 1.0f, vs == expf(s - s) == 1.0f
+                M = s;
+                ms = expf(Mold - M);
+
+                // V = V*expf(Mold - M)
+                scale_f16_avx512(DV, VKQr, ms);
+            } else {
+                // no new maximum, ms == 1.0f, vs != 1.0f
+                vs = expf(s - M);
+            }
+
+            // V += v*expf(s - M)
+            mad_f16_avx512(DV, VKQr, vf, vs);
+
+            M_row[r] = M;
+            S_row[r] = S_row[r]*ms + vs; // scale and increment sum with partial sum
+        }
+    }
+}
+#else
+#define SPECEE_FA_AVX512 0
+#endif
+
+}  // namespace
+
+bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * dst) {
+    const ggml_tensor * q     = dst->src[0];
+    const ggml_tensor * k     = dst->src[1];
+    const ggml_tensor * v     = dst->src[2];
+    const ggml_tensor * mask  = dst->src[3];
+    const ggml_tensor * sinks = dst->src[4];
+
+    if (q->type != GGML_TYPE_F32 || k->type != GGML_TYPE_F16 || v->type != GGML_TYPE_F16) {
+        return false;
+    }
+    // SPECEE_FA_PER_ROW=1: ggml's one-pass-per-row loop instead (same results; for measuring
+    // this kernel against it and for the tests that check they agree).
+    if (env_int("SPECEE_FA_PER_ROW", 0) != 0) {
+        return false;
+    }
+
+    GGML_TENSOR_LOCALS(int64_t, neq, q,   ne)
+    GGML_TENSOR_LOCALS(size_t,  nbq, q,   nb)
+    GGML_TENSOR_LOCALS(int64_t, nek, k,   ne)
+    GGML_TENSOR_LOCALS(size_t,  nbk, k,   nb)
+    GGML_TENSOR_LOCALS(int64_t, nev, v,   ne)
+    GGML_TENSOR_LOCALS(size_t,  nbv, v,   nb)
+    GGML_TENSOR_LOCALS(int64_t, ne,  dst, ne)
+    GGML_TENSOR_LOCALS(size_t,  nb,  dst, nb)
+
+    const int64_t DK = nek0;
+    const int64_t DV = nev0;
+    const int64_t N  = neq1;
+
+    const int ith = params->ith;
+    const int nth = params->nth;
+
+    // broadcast factors
+    const int64_t rk2 = neq2/nek2;
+    const int64_t rk3 = neq3/nek3;
+    const int64_t rv2 = neq2/nev2;
+    const int64_t rv3 = neq3/nev3;
+
+    float scale         = 1.0f;
+    float max_bias      = 0.0f;
+    float logit_softcap = 0.0f;
+
+    memcpy(&scale,         (float *) dst->op_params + 0, sizeof(float));
+    memcpy(&max_bias,      (float *) dst->op_params + 1, sizeof(float));
+    memcpy(&logit_softcap, (float *) dst->op_params + 2, sizeof(float));
+
+    if (logit_softcap != 0) {
+        scale /= logit_softcap;
+    }
+
+    const uint32_t n_head      = neq2;
+    const uint32_t n_head_log2 = 1u << (uint32_t) floor(log2(n_head));
+
+    const float m0 = powf(2.0f, -(max_bias       ) / n_head_log2);
+    const float m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);
+
+    ggml_type         const k_vec_dot_type = ggml_get_type_traits_cpu(k->type)->vec_dot_type;
+    ggml_from_float_t const q_to_vec_dot   = ggml_get_type_traits_cpu(k_vec_dot_type)->from_float;
+    ggml_vec_dot_t    const kq_vec_dot     = ggml_get_type_traits_cpu(k->type)->vec_dot;
+
+    // The tile: `heads` query heads sharing one KV head, times up to `positions` query positions.
+    // A decode (or a short batch) with too few tiles to keep every thread busy takes one head a tile.
+    const int64_t group = rk2 == rv2 && rk2 <= MAX_ROWS ? rk2 : 1;
+    const int64_t tile_rows = std::clamp<int64_t>(env_int("SPECEE_FA_TILE_ROWS", MAX_ROWS), 1, MAX_ROWS);
+    const int64_t kv_block = std::clamp(env_int("SPECEE_FA_KV_BLOCK", 64), 1, GGML_FA_TILE_KV);
+
+    int64_t heads = group;
+    int64_t positions = std::max<int64_t>(1, tile_rows / heads);
+    int64_t n_pos_tiles = (N + positions - 1) / positions;
+    if (heads > 1 && neq3 * (neq2 / heads) * n_pos_tiles < 2 * nth) {
+        heads = 1;
+        positions = tile_rows;
+        n_pos_tiles = (N + positions - 1) / positions;
+    }
+    const int64_t n_head_tiles = neq2 / heads;
+    const int64_t n_tiles = neq3 * n_head_tiles * n_pos_tiles;
+
+    // per-thread scratch inside what ggml_graph_plan reserves for the tiled prefill path
+    const size_t per_thread = GGML_FA_TILE_Q*DK + 2*GGML_FA_TILE_Q*GGML_FA_TILE_KV + GGML_FA_TILE_Q*DV +
+                              GGML_FA_TILE_KV*DV + GGML_FA_TILE_KV*DK;
+    if ((size_t) (MAX_ROWS*(DK + DV)/2 + DV) > per_thread) {
+        return false;
+    }
+    float       * VKQ32 = (float *) params->wdata + ith*per_thread;            // one row's result
+    ggml_fp16_t * Q_q   = (ggml_fp16_t *) (VKQ32 + DV);                      // [row][DK]
+    ggml_fp16_t * VKQ16 = Q_q + MAX_ROWS*DK;                                 // [row][DV]
+
+#if SPECEE_FA_AVX512
+    // ggml's fp16 dot and fp16 accumulation are one step of 64 elements per four vectors; other
+    // head sizes (leftovers summed in double) take the generic loop. SPECEE_FA_WIDE=0: that loop
+    // always (to measure the tiles' reuse alone).
+    float * QT = (float *) (VKQ16 + MAX_ROWS*DV);                            // [row group][DK][16]
+    float * Kf = QT + MAX_ROWS*DK;                                           // [cell][DK]
+    float * KQ = Kf + GGML_FA_TILE_KV*DK;                                    // [cell][MAX_ROWS]
+    const bool wide = DK % 64 == 0 && DV % 64 == 0 && DV <= MAX_DV && env_int("SPECEE_FA_WIDE", 1) != 0 &&
+                      (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
+#endif
+
+    float               S_row[MAX_ROWS];
+    float               M_row[MAX_ROWS];
+    float               slope_row[MAX_ROWS];
+    const ggml_fp16_t * mp_row[MAX_ROWS];
+
+    if (ith == 0) {
+        ggml_threadpool_chunk_set(params->threadpool, nth);
+    }
+    ggml_barrier(params->threadpool);
+
+    // the last positions first: under a causal mask they see the most cells
+    for (int64_t tile = ith; tile < n_tiles; tile = ggml_threadpool_chunk_add(params->threadpool, 1)) {
+        const int64_t pt  = n_pos_tiles - 1 - tile / (neq3*n_head_tiles);
+        const int64_t iq3 = (tile % (neq3*n_head_tiles)) / n_head_tiles;
+        const int64_t ih0 = (tile % n_head_tiles) * heads;
+        const int64_t p0  = pt * positions;
+        const int64_t np  = std::min(positions, N - p0);
+        const int64_t nr  = np * heads;
+
+        // every head of the tile reads the same K/V head
+        const int64_t ik3 = iq3 / rk3;
+        const int64_t ik2 = ih0 / rk2;
+        const int64_t iv3 = iq3 / rv3;
+        const int64_t iv2 = ih0 / rv2;
+
+        for (int64_t r = 0; r < nr; ++r) {
+            const int64_t iq1 = p0 + r / heads;
+            const int64_t iq2 = ih0 + r % heads;
+            const uint32_t h = iq2; // head index
+            slope_row[r] = (max_bias > 0.0f) ? h < n_head_log2 ? powf(m0, h + 1) : powf(m1, 2*(h - n_head_log2) + 1) : 1.0f;
+            S_row[r] = 0.0f;
+            M_row[r] = -INFINITY;
+            memset(VKQ16 + r*DV, 0, DV*sizeof(ggml_fp16_t));
+            mp_row[r] = mask ? (ggml_fp16_t *)((char *) mask->data + iq1*mask->nb[1] + (iq2%mask->ne[2])*mask->nb[2] + (iq3%mask->ne[3])*mask->nb[3]) : NULL;
+            const float * pq = (const float *) ((char *) q->data + (iq1*nbq1 + iq2*nbq2 + iq3*nbq3));
+            q_to_vec_dot(pq, Q_q + r*DK, DK);
+        }
+#if SPECEE_FA_AVX512
+        if (wide && nr >= MIN_LANES) {
+            for (int64_t r = 0; r < (nr + 15)/16*16; ++r) {
+                for (int64_t e = 0; e < DK; ++e) {
+                    QT[((r/16)*DK + e)*16 + r%16] = r < nr ? GGML_CPU_FP16_TO_FP32(Q_q[r*DK + e]) : 0.0f;
+                }
+            }
+        }
+#endif
+
+        for (int64_t ic0 = 0; ic0 < nek1; ic0 += kv_block) {
+            const int64_t ic1 = std::min(ic0 + kv_block, nek1);
+#if SPECEE_FA_AVX512
+            if (wide && nr >= MIN_LANES) {
+                const char * k_block = (const char *) k->data + (ic0*nbk1 + ik2*nbk2 + ik3*nbk3);
+                const char * v_block = (const char *) v->data + (ic0*nbv1 + iv2*nbv2 + iv3*nbv3);
+                dots_avx512(DK, ic1 - ic0, k_block, nbk1, QT, nr, Kf, KQ, kq_vec_dot, Q_q);
+                updates_avx512(DV, ic0, ic1 - ic0, v_block, nbv1, KQ, nr, mp_row, slope_row, scale, logit_softcap,
+                               M_row, S_row, VKQ16);
+                continue;
+            }
+#endif
+            for (int64_t r = 0; r < nr; ++r) {
+                const ggml_fp16_t * mp    = mp_row[r];
+                const float         slope = slope_row[r];
+                const ggml_fp16_t * Qr    = Q_q + r*DK;
+                ggml_fp16_t *       VKQr  = VKQ16 + r*DV;
+
+                float S = S_row[r];
+                float M = M_row[r];
+
+                // ggml's one-pass row (ggml_compute_forward_flash_attn_ext_f16_one_chunk, F16 V),
+                // over this block of cells
+                for (int64_t ic = ic0; ic < ic1; ++ic) {
+                    const float mv = mp ? slope*GGML_CPU_FP16_TO_FP32(mp[ic]) : 0.0f;
+                    if (mv == -INFINITY) {
+                        continue;
+                    }
+
+                    float s; // KQ value
+
+                    const char * k_data = (const char *) k->data + ( ic*nbk1 + ik2*nbk2 + ik3*nbk3);
+                    kq_vec_dot(DK, &s, 0, k_data, 0, Qr, 0, 1);
+
+                    s = s*scale; // scale KQ value
+
+                    if (logit_softcap != 0.0f) {
+                        s = logit_softcap*tanhf(s);
+                    }
+
+                    s += mv; // apply mask
+
+                    const float Mold = M;
+
+                    float ms = 1.0f; // upon new higher max val, scale VKQ and KQ sum with this value
+                    float vs = 1.0f; // post-softmax KQ value, expf(s - M)
+
+                    const char * v_data = ((const char *) v->data + (ic*nbv1 + iv2*nbv2 + iv3*nbv3));
+
+                    if (s > M) {
+                        // s is new maximum, ms < 1.0f, vs == expf(s - s) == 1.0f
+                        M = s;
+                        ms = expf(Mold - M);
+
+                        // V = V*expf(Mold - M)
+                        ggml_vec_scale_f16(DV, VKQr, ms);
+                    } else {
+                        // no new maximum, ms == 1.0f, vs != 1.0f
+                        vs = expf(s - M);
+                    }
+
+                    // V += v*expf(s - M)
+                    ggml_vec_mad_f16(DV, VKQr, (const ggml_fp16_t *) v_data, vs);
+
+                    S = S*ms + vs; // scale and increment sum with partial sum
+                }
+
+                S_row[r] = S;
+                M_row[r] = M;
+            }
+        }
+
+        for (int64_t r = 0; r < nr; ++r) {
+            const int64_t iq1 = p0 + r / heads;
+            const int64_t iq2 = ih0 + r % heads;
+            const uint32_t h = iq2;
+            float S = S_row[r];
+            float M = M_row[r];
+
+            for (int64_t d = 0; d < DV; ++d) {
+                VKQ32[d] = GGML_CPU_FP16_TO_FP32(VKQ16[r*DV + d]);
+            }
+
+            // sinks
+            if (sinks) {
+                const float s = ((float *)((char *) sinks->data))[h];
+
+                float ms = 1.0f;
+                float vs = 1.0f;
+
+                if (s > M) {
+                    ms = expf(M - s);
+                    M = s;
+                    ggml_vec_scale_f32(DV, VKQ32, ms);
+                } else {
+                    vs = expf(s - M);
+                }
+
+                S = S*ms + vs;
+            }
+
+            // V /= S
+            const float S_inv = S == 0.0f ? 0.0f : 1.0f/S;
+            ggml_vec_scale_f32(DV, VKQ32, S_inv);
+
+            // permute(0, 2, 1, 3)
+            memcpy((char *) dst->data + (iq3*ne2*ne1 + iq2 + iq1*ne1)*nb1, VKQ32, nb1);
+        }
+    }
+    return true;
+}

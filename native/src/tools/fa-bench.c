@@ -1,0 +1,53 @@
+// flash_attn_ext alone on the installed ggml: query-row tiles (native/src/kernels/flash_attn_rows.cpp)
+// against ggml's one pass per row (SPECEE_FA_PER_ROW=1), interleaved, best of REPS, outputs compared.
+//   cc -O2 fa-bench.c -I<llama.cpp>/ggml/include -L<lib> -lggml -lggml-base -lggml-cpu -Wl,-rpath,<lib> -lm -o fa-bench
+// usage: fa-bench N_BATCH POS THREADS REPS [DK N_HEAD N_HEAD_KV]   (defaults: the default model, 64 9 3)
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(int argc, char ** argv) {
+    int N = atoi(argv[1]), pos = atoi(argv[2]), th = atoi(argv[3]), reps = atoi(argv[4]);
+    int DK = argc > 5 ? atoi(argv[5]) : 64, NH = argc > 6 ? atoi(argv[6]) : 9, NHKV = argc > 7 ? atoi(argv[7]) : 3;
+    int nkv = pos + N; nkv = (nkv + 255) / 256 * 256;
+    ggml_cpu_init();
+    struct ggml_init_params ip = { (size_t) 1 << 31, NULL, false };
+    struct ggml_context * ctx = ggml_init(ip);
+    struct ggml_tensor * q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, DK, N, NH, 1);
+    struct ggml_tensor * k = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, DK, nkv, NHKV, 1);
+    struct ggml_tensor * v = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, DK, nkv, NHKV, 1);
+    struct ggml_tensor * m = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, nkv, N, 1, 1);
+    srand(1);
+    for (int64_t i = 0; i < ggml_nelements(q); ++i) ((float *) q->data)[i] = (rand() / (float) RAND_MAX - 0.5f) * 4;
+    for (int64_t i = 0; i < ggml_nelements(k); ++i) ((ggml_fp16_t *) k->data)[i] = ggml_fp32_to_fp16((rand() / (float) RAND_MAX - 0.5f) * 4);
+    for (int64_t i = 0; i < ggml_nelements(v); ++i) ((ggml_fp16_t *) v->data)[i] = ggml_fp32_to_fp16((rand() / (float) RAND_MAX - 0.5f) * 2);
+    for (int r = 0; r < N; ++r) for (int c = 0; c < nkv; ++c)
+        ((ggml_fp16_t *) m->data)[r * nkv + c] = ggml_fp32_to_fp16(c <= pos + r ? 0.0f : -INFINITY);
+    struct ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, m, 1.0f / sqrtf(DK), 0.0f, 0.0f);
+    ggml_flash_attn_ext_set_prec(out, GGML_PREC_F32);  // llama.cpp sets it too
+    struct ggml_cgraph * g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, out);
+    const char * modes[] = { "per_row", "tiles" };
+    double best[2] = { 1e9, 1e9 };
+    float * ref = malloc(ggml_nbytes(out));
+    int same = 1;
+    for (int rep = 0; rep < reps; ++rep) {
+        for (int i = 0; i < 2; ++i) {
+            int mode = (rep % 2) ? 1 - i : i;
+            if (mode == 0) setenv("SPECEE_FA_PER_ROW", "1", 1); else unsetenv("SPECEE_FA_PER_ROW");
+            double t0 = now();
+            ggml_graph_compute_with_ctx(ctx, g, th);
+            double t = now() - t0;
+            if (t < best[mode]) best[mode] = t;
+            if (rep == 0 && mode == 0) memcpy(ref, out->data, ggml_nbytes(out));
+            if (rep > 0 || mode == 1) same &= memcmp(ref, out->data, ggml_nbytes(out)) == 0;
+        }
+    }
+    printf("N %d pos %d DK %d heads %d/%d threads %d: per_row %.3f s  tiles %.3f s  ratio %.2f  %s\n", N, pos, DK, NH, NHKV, th,
+           best[0], best[1], best[1] / best[0], same ? "identical" : "DIFFERENT");
+    return same ? 0 : 1;
+}
