@@ -115,11 +115,15 @@ MULTICOL_KERNELS = Knob("SPECEE_TEST_MULTICOL_KERNELS", "flag", "on",
 SPLIT_BY_THREAD = Knob("SPECEE_TEST_SPLIT_BY_THREAD", "flag", "on",
                        "one run of weight rows per thread for small batches (patch 0019) in the worker; off to "
                        "measure its worth", test=True)  # fmt: skip
+ATTENTION_TILES = Knob("SPECEE_TEST_ATTENTION_TILES", "flag", "on",
+                       "prompt batches' flash attention in tiles of query rows (the same bits as one pass per "
+                       "row) in the worker; off to measure its worth", test=True)  # fmt: skip
 
 KNOBS: tuple[Knob, ...] = (
     DATA_DIR, CACHE_DIR, API_KEY, DEFAULT_MODEL_WHEEL, THEME,
     BACKEND, NATIVE_CACHE, PORTABLE, CMAKE_ARGS, SDIST,
     SIMULATED_LOAD, ALLOW_SOFTWARE_GPU, SHIPPED_ACCEL_DIR, CPU_REPACK, MULTICOL_KERNELS, SPLIT_BY_THREAD,
+    ATTENTION_TILES,
 )  # fmt: skip
 
 

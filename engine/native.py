@@ -269,6 +269,8 @@ def cpu_lib() -> ctypes.CDLL | None:
         "specee_split_by_thread_set": ([ctypes.c_bool], None),
         "specee_split_by_thread_count": ([], ctypes.c_int64),
     }
+    if hasattr(handle, "specee_fa_tiles_set"):  # builds before the attention tiles lack it
+        sigs["specee_fa_tiles_set"] = ([ctypes.c_bool], None)
     return _bind(handle, sigs)
 
 
@@ -307,12 +309,21 @@ def set_multicol(on: bool) -> None:
 def apply_kernel_knobs() -> None:
     """The CPU kernels' switches from engine/knobs.py, set once at the worker's start (the kernels
     themselves read no environment): SPECEE_TEST_MULTICOL_KERNELS, SPECEE_TEST_SPLIT_BY_THREAD,
-    both on unless set to 0. KnobError for a value that is not a switch."""
+    SPECEE_TEST_ATTENTION_TILES, each on unless set to 0. KnobError for a value that is not a switch."""
     from engine import knobs
 
     multicol, split = knobs.MULTICOL_KERNELS.flag(), knobs.SPLIT_BY_THREAD.flag()
     set_multicol(multicol is not False)
     set_split_by_thread(split is not False)
+    set_attention_tiles(knobs.ATTENTION_TILES.flag() is not False)
+
+
+def set_attention_tiles(on: bool) -> None:
+    """Prompt batches' flash attention in tiles of query rows (on, native/src/kernels/flash_attn_rows.cpp)
+    or ggml's one pass per row (off): the same bits, for measurements and the tests that check it."""
+    handle = cpu_lib()
+    if handle is not None and hasattr(handle, "specee_fa_tiles_set"):
+        handle.specee_fa_tiles_set(on)
 
 
 def split_by_thread_count() -> int:

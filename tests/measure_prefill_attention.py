@@ -1,5 +1,5 @@
 """Prompt reading with flash attention: the query-row tiles (native/src/kernels/flash_attn_rows.cpp)
-against ggml's one pass per row (SPECEE_FA_PER_ROW=1), in one run, and plain llama-server beside.
+against ggml's one pass per row (engine.native.set_attention_tiles), in one run, and plain llama-server beside.
 
 Each 512-token batch of the prompt is decoded twice at the same position, once per kernel (the
 first of the pair's rows dropped from the cache again, the order alternating), so both see the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import time
 import urllib.request
@@ -22,6 +21,8 @@ from pathlib import Path
 
 from llama_cpp import Llama
 from llama_cpp import llama_cpp as C
+
+from engine import native
 
 MODEL = Path.home() / ".local/share/specee-chat/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 TEXT = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -49,10 +50,7 @@ def decode(llm: Llama, tokens: list[int], start: int, keep: bool) -> float:
 
 
 def use_tiles(on: bool) -> None:
-    if on:
-        os.environ.pop("SPECEE_FA_PER_ROW", None)
-    else:
-        os.environ["SPECEE_FA_PER_ROW"] = "1"
+    native.set_attention_tiles(on)
 
 
 def ours(llm: Llama, tokens: list[int]) -> dict[str, float]:

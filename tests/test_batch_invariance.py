@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as C
 
+from engine import native
 from engine.llm.target import Target
 from tests.conftest import HAS_GPU, NO_GPU, ON_LAVAPIPE
 from tests.tiny_models import write_tiny_gguf
@@ -116,38 +117,40 @@ def test_with_flash_attention_verify_rows_and_prompt_chunks_match_one_token_deco
         llm.close()
 
 
-def _kv_bytes(llm: Llama) -> bytes:
+def _kv_bytes(llm: Target) -> bytes:
     """Sequence 0's cached K/V as llama.cpp serialises it."""
-    ctx = llm._ctx.ctx
+    ctx = llm.ctx
     size = C.llama_state_seq_get_size(ctx, 0)
     buf = (ctypes.c_uint8 * size)()
     assert C.llama_state_seq_get_data(ctx, buf, size, 0) == size
     return bytes(buf)
 
 
-def _prefill(llm: Llama, tokens: list[int], cuts: tuple[int, ...]) -> tuple[np.ndarray, bytes]:
+def _prefill(llm: Target, tokens: list[int], cuts: tuple[int, ...]) -> tuple[np.ndarray, bytes]:
     """Every row's logits and the K/V left behind, the prompt decoded in the chunks that `cuts` make."""
-    C.llama_memory_clear(C.llama_get_memory(llm._ctx.ctx), True)
+    C.llama_memory_clear(C.llama_get_memory(llm.ctx), True)
     edges = [0, *cuts, len(tokens)]
     rows = [_decode(llm, tokens[a:b], a, keep=True) for a, b in itertools.pairwise(edges)]
     return np.concatenate(rows), _kv_bytes(llm)
 
 
-def test_flash_attention_query_tiles_compute_each_row_as_one_pass(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flash_attention_query_tiles_compute_each_row_as_one_pass(model_path: Path) -> None:
     """native/src/kernels/flash_attn_rows.cpp: a prompt batch's query rows go through attention in
     tiles (63 rows: 21 positions x the 3 query heads sharing a KV head in the default model) over
     blocks of 64 KV cells, their fp16 dot products 16 rows at a time on AVX-512 (in ggml_vec_dot_f16's
     summation order), each row's softmax updates those of ggml's one-pass loop. A 300-token prompt
     (many tiles and blocks, rows of one tile masked at different cells) must give every row's logits and
-    the K/V it leaves bit for bit as: ggml's own one pass per row (SPECEE_FA_PER_ROW=1), other
+    the K/V it leaves bit for bit as: ggml's own one pass per row (tiles off), other
     chunkings, and one-token decodes for its last rows."""
     tokens = [100 + (i * 37) % 1500 for i in range(300)]
-    llm = Llama(model_path=str(model_path), n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=True, verbose=False)
+    llm = Target.load(model_path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=True)
     try:
         logits, kv = _prefill(llm, tokens, ())
-        monkeypatch.setenv("SPECEE_FA_PER_ROW", "1")
-        per_row_logits, per_row_kv = _prefill(llm, tokens, ())
-        monkeypatch.delenv("SPECEE_FA_PER_ROW")
+        native.set_attention_tiles(False)
+        try:
+            per_row_logits, per_row_kv = _prefill(llm, tokens, ())
+        finally:
+            native.set_attention_tiles(True)
         assert np.array_equal(logits, per_row_logits), "the tiles changed a logit of ggml's one pass per row"
         assert kv == per_row_kv, "the tiles changed the K/V of ggml's one pass per row"
         for cuts in ((1, 77, 200), (13, 14, 151, 280)):

@@ -20,6 +20,7 @@
 #include "vec.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,10 +33,12 @@ constexpr int MAX_ROWS = 64;
 // the widest V row the AVX-512 path keeps converted in registers
 constexpr int MAX_DV = 512;
 
-int env_int(const char * name, int fallback) {
-    const char * value = std::getenv(name);
-    return value && *value ? std::atoi(value) : fallback;
-}
+// Switches for measurements and tests, set by the worker at start (engine/knobs.py) or by a
+// bench: the kernels read no environment (issue 47: no knob read per call).
+std::atomic<bool> g_tiles{true};
+std::atomic<bool> g_wide{true};
+std::atomic<int>  g_tile_rows{MAX_ROWS};
+std::atomic<int>  g_kv_block{64};
 
 #if defined(__AVX512F__) && !defined(__AVX512FP16__) && defined(__GNUC__)
 #define SPECEE_FA_AVX512 1
@@ -193,9 +196,9 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
     if (q->type != GGML_TYPE_F32 || k->type != GGML_TYPE_F16 || v->type != GGML_TYPE_F16) {
         return false;
     }
-    // SPECEE_FA_PER_ROW=1: ggml's one-pass-per-row loop instead (same results; for measuring
-    // this kernel against it and for the tests that check they agree).
-    if (env_int("SPECEE_FA_PER_ROW", 0) != 0) {
+    // tiles off (specee_fa_tiles_set): ggml's one-pass-per-row loop instead (same results; for
+    // measuring this kernel against it and for the tests that check they agree).
+    if (!g_tiles.load(std::memory_order_relaxed)) {
         return false;
     }
 
@@ -246,8 +249,8 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
     // The tile: `heads` query heads sharing one KV head, times up to `positions` query positions.
     // A decode (or a short batch) with too few tiles to keep every thread busy takes one head a tile.
     const int64_t group = rk2 == rv2 && rk2 <= MAX_ROWS ? rk2 : 1;
-    const int64_t tile_rows = std::clamp<int64_t>(env_int("SPECEE_FA_TILE_ROWS", MAX_ROWS), 1, MAX_ROWS);
-    const int64_t kv_block = std::clamp(env_int("SPECEE_FA_KV_BLOCK", 64), 1, GGML_FA_TILE_KV);
+    const int64_t tile_rows = std::clamp<int64_t>(g_tile_rows.load(std::memory_order_relaxed), 1, MAX_ROWS);
+    const int64_t kv_block = std::clamp<int64_t>(g_kv_block.load(std::memory_order_relaxed), 1, GGML_FA_TILE_KV);
 
     int64_t heads = group;
     int64_t positions = std::max<int64_t>(1, tile_rows / heads);
@@ -272,12 +275,12 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
 
 #if SPECEE_FA_AVX512
     // ggml's fp16 dot and fp16 accumulation are one step of 64 elements per four vectors; other
-    // head sizes (leftovers summed in double) take the generic loop. SPECEE_FA_WIDE=0: that loop
+    // head sizes (leftovers summed in double) take the generic loop. specee_fa_tune(.., wide false): that loop
     // always (to measure the tiles' reuse alone).
     float * QT = (float *) (VKQ16 + MAX_ROWS*DV);                            // [row group][DK][16]
     float * Kf = QT + MAX_ROWS*DK;                                           // [cell][DK]
     float * KQ = Kf + GGML_FA_TILE_KV*DK;                                    // [cell][MAX_ROWS]
-    const bool wide = DK % 64 == 0 && DV % 64 == 0 && DV <= MAX_DV && env_int("SPECEE_FA_WIDE", 1) != 0 &&
+    const bool wide = DK % 64 == 0 && DV % 64 == 0 && DV <= MAX_DV && g_wide.load(std::memory_order_relaxed) &&
                       (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
 #endif
 
@@ -438,4 +441,14 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
         }
     }
     return true;
+}
+
+void specee_fa_tiles_set(bool on) {
+    g_tiles.store(on, std::memory_order_relaxed);
+}
+
+void specee_fa_tune(int tile_rows, int kv_block, bool wide) {
+    g_tile_rows.store(tile_rows > 0 ? tile_rows : MAX_ROWS, std::memory_order_relaxed);
+    g_kv_block.store(kv_block > 0 ? kv_block : 64, std::memory_order_relaxed);
+    g_wide.store(wide, std::memory_order_relaxed);
 }

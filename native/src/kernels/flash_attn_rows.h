@@ -2,6 +2,10 @@
 // one pass per row (flash_attn_rows.cpp; ops.cpp calls it when SPECEE_FA_ROWS is defined).
 #pragma once
 
+#include "ggml-backend.h"
+
+#include <stdbool.h>
+
 struct ggml_compute_params;
 struct ggml_tensor;
 
@@ -9,3 +13,12 @@ struct ggml_tensor;
 // false, having done nothing, otherwise (the caller runs ggml's own path). Every thread of the op
 // calls it and gets the same answer.
 bool specee_flash_attn_rows(const struct ggml_compute_params * params, struct ggml_tensor * dst);
+
+// Exported from ggml-cpu for measurements and tests (the worker sets them at start from
+// engine/knobs.py; the kernels read no environment): tiles off runs ggml's one pass per row (the
+// same bits, slower); tile_rows (<= 64) and kv_block (<= 64) tune the tiles (0: the defaults), wide
+// false keeps AVX-512 CPUs on the generic tiled loop.
+extern "C" {
+GGML_BACKEND_API void specee_fa_tiles_set(bool on);
+GGML_BACKEND_API void specee_fa_tune(int tile_rows, int kv_block, bool wide);
+}

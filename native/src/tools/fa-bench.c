@@ -1,5 +1,5 @@
 // flash_attn_ext alone on the installed ggml: query-row tiles (native/src/kernels/flash_attn_rows.cpp)
-// against ggml's one pass per row (SPECEE_FA_PER_ROW=1), interleaved, best of REPS, outputs compared.
+// against ggml's one pass per row (specee_fa_tiles_set(false)), interleaved, best of REPS, outputs compared.
 //   cc -O2 fa-bench.c -I<llama.cpp>/ggml/include -L<lib> -lggml -lggml-base -lggml-cpu -Wl,-rpath,<lib> -lm -o fa-bench
 // usage: fa-bench N_BATCH POS THREADS REPS [DK N_HEAD N_HEAD_KV]   (defaults: the default model, 64 9 3)
 #include "ggml-cpu.h"
@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
 #include <time.h>
+void specee_fa_tiles_set(bool on);  // ggml-cpu, native/src/kernels/flash_attn_rows.h
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(int argc, char ** argv) {
     int N = atoi(argv[1]), pos = atoi(argv[2]), th = atoi(argv[3]), reps = atoi(argv[4]);
@@ -38,7 +40,7 @@ int main(int argc, char ** argv) {
     for (int rep = 0; rep < reps; ++rep) {
         for (int i = 0; i < 2; ++i) {
             int mode = (rep % 2) ? 1 - i : i;
-            if (mode == 0) setenv("SPECEE_FA_PER_ROW", "1", 1); else unsetenv("SPECEE_FA_PER_ROW");
+            specee_fa_tiles_set(mode != 0);
             double t0 = now();
             ggml_graph_compute_with_ctx(ctx, g, th);
             double t = now() - t0;
