@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import random
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ class SpecEEDecoder(_NativeLoop):
         return RuntimeError(self.lib.specee_last_error().decode())
 
     @property
-    def restorable(self) -> bool:  # type: ignore[override]
+    def restorable(self) -> bool:
         return not self._exits_skip_layers and self.force_layer < 0
 
     def _head_ctx(self) -> Any:
@@ -93,7 +93,9 @@ class SpecEEDecoder(_NativeLoop):
         stop = sorted(stop_strings | {int(token) for token, bias in s.logit_bias.items() if bias < 0})
         self.lib.specee_ee_set_stop_tokens(self._ee, (ctypes.c_int32 * max(len(stop), 1))(*stop), len(stop))
 
-    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None) -> Iterator[int]:
+    def stream(
+        self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None
+    ) -> Generator[int, None, None]:
         # one native step (one token) a call whatever step_us asks: specee_ee_step has no multi-step form yet
         yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False, progress=progress))
 
