@@ -42,7 +42,7 @@ peer-suite: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -s tests/test_peer_server_suite.py
 
 # ruff, then the import contracts of pyproject.toml ([tool.importlinter]: layers, forbidden imports,
-# no cycles), then the type checker (mypy, [tool.mypy]: strict on the protocol and the chats), then
+# no cycles), then the type checker (mypy, [tool.mypy]: strict on the protocol, the chats and engine/llm), then
 # actionlint over .github/workflows (action versions, expressions, and shellcheck on the run scripts
 # where shellcheck is installed).
 lint: $(VENV)/.deps-stamp

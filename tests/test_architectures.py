@@ -261,7 +261,7 @@ def test_an_exit_at_the_last_layer_leaves_the_cache_exactly_as_vanilla(
         forced = [next(run) for _ in range(6)]  # the prefill's token, then 5 exits after the last layer
         dec.lib.specee_ee_configure(dec._ee, False, -1, 0, 0.0, 0)  # from here: full depth
         after = [next(run) for _ in range(12)]
-        run.close()  # type: ignore[attr-defined]
+        run.close()
         hist = dec.accel_stats()["exit_hist"]
     finally:
         dec.close()

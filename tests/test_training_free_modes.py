@@ -152,7 +152,7 @@ def test_several_steps_a_call_answer_as_one_step_a_call(model_path: Path, drafte
         dec.forget()
         stream = dec.stream(tokens, p.Sampling.greedy(), step_us=10**9)
         got = [next(stream) for _ in range(3)]
-        stream.close()  # type: ignore[attr-defined]
+        stream.close()
         kv = dec.kv_tokens()
         assert kv[: len(tokens) + 2] == tokens + got[:2] and len(kv) >= len(tokens) + 2
     finally:

@@ -207,7 +207,8 @@ class BatchedVanilla:
         set_abort, requested = native.interrupt_hooks()
         set_abort(self._ctx, requested, ctypes.addressof(flag))
         try:
-            return llama_cpp.llama_decode(self._ctx, batch)
+            rc: int = llama_cpp.llama_decode(self._ctx, batch)
+            return rc
         finally:  # only this step may stop: the one-at-a-time decoders share the context
             set_abort(self._ctx, None, None)
 

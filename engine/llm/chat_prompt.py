@@ -129,7 +129,8 @@ class ChatPrompt:
         try:
             if self._builtin is not None:
                 return self._builtin(messages)
-            return self._formatter(messages=messages).prompt
+            prompt: str = self._formatter(messages=messages).prompt
+            return prompt
         except Exception as exc:  # jinja errors of many kinds: the template is the model's, not ours
             raise ChatFormatError(f"the model's chat template failed on this conversation: {exc}") from exc
 

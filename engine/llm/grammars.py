@@ -29,7 +29,8 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
         converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "schema"), "")
         if "char" in converter._rules:
             converter._rules["char"] = JSON_CHAR
-        return converter.format_grammar()
+        grammar: str = converter.format_grammar()
+        return grammar
     except RecursionError:
         raise GrammarError("it is nested too deeply") from None
     except Exception as exc:  # the converter's asserts, KeyErrors and ValueErrors say what it could not convert

@@ -51,7 +51,8 @@ def set_seq_state(ctx: Any, seq: int, data: Buffer) -> bool:
     """Load a state seq_state() made (a ctypes array, or a view of a file read into a bytearray:
     either goes back to llama.cpp without a copy) into the context's sequence `seq`."""
     buf = data if isinstance(data, ctypes.Array) else (ctypes.c_uint8 * len(data)).from_buffer(data)
-    return llama_cpp.llama_state_seq_set_data(ctx, buf, len(data), seq) == len(data)
+    n_read: int = llama_cpp.llama_state_seq_set_data(ctx, buf, len(data), seq)
+    return n_read == len(data)
 
 
 def folder_key(model_sha256: str, build_key: str, n_ctx: int, n_batch: int) -> str:

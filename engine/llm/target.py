@@ -37,10 +37,14 @@ N_UBATCH = 512
 _GGML_LOG_LEVEL_NONE, _GGML_LOG_LEVEL_ERROR = 0, 3
 
 
-@C.llama_log_callback
-def _log_errors(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+def _print_errors(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     if level in (_GGML_LOG_LEVEL_NONE, _GGML_LOG_LEVEL_ERROR):
         print(text.decode("utf-8", errors="replace"), end="", flush=True, file=sys.stderr)
+
+
+# its C callback, kept referenced here for as long as llama.cpp may call it (wrapped by a call, not a
+# decorator: llama_cpp is read untyped, and an untyped decorator would untype the function)
+_log_errors = C.llama_log_callback(_print_errors)
 
 
 _backend_ready = False

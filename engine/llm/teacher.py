@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from llama_cpp import llama_cpp as C
@@ -76,8 +77,9 @@ class Teacher:
             self.lib.specee_capture_layer_input(self.llm.ctx, lid, True)
         self.prompt = ChatPrompt.for_model(self.llm, inspect_gguf(model_path).chat_template)
 
-    def _generation_context(self, n_seq: int) -> ctypes.c_void_p:
-        """A second context on the same weights with one KV stream per sequence, made once per size."""
+    def _generation_context(self, n_seq: int) -> Any:
+        """A second context on the same weights with one KV stream per sequence, made once per size:
+        llama.h's llama_context pointer, as Target.ctx (llama_cpp is read untyped)."""
         if getattr(self, "_gen_n_seq", 0) != n_seq:
             self.close_generation()
             params = C.llama_context_default_params()

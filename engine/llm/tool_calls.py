@@ -97,7 +97,8 @@ class ChatTemplates:
         out = self._lib.specee_chat_parse(self._handle, text.encode("utf-8", errors="replace"), partial, prompt.parser)
         if not out:
             raise ToolTemplateError(self._error())
-        return json.loads(out)
+        message: dict[str, Any] = json.loads(out)  # the native parser's output: one JSON object
+        return message
 
     def close(self) -> None:
         if self._handle:

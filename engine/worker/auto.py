@@ -201,8 +201,7 @@ class AutoCalibration:
             self._drop(mode, str(exc))
             complete = False
         finally:
-            # a generator; engine/llm's Decoder.stream says Iterator (TODO(issue 47 §4): with the llama.h rewrite)
-            stream.close()  # type: ignore[attr-defined]
+            stream.close()
             for d in self.decoders.values():
                 d.forget()  # they share the target's KV cache
         if not complete:

@@ -86,9 +86,7 @@ class ModeMakers:
             if exits is None:
                 why_not["specee"] = missing("SpecEE exit predictors", "exits")
             else:
-                # the ignore: SpecEEDecoder.restorable is a property, Decoder declares a settable
-                # attribute (TODO(issue 47 §4): engine/llm/decoders/interface.py, with the llama.h rewrite)
-                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)  # type: ignore[assignment,return-value]
+                makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
             if load.mode != p.Mode.VANILLA and self.placement.n_gpu_layers != 0:
                 self._capture_head_layers(head)
             if not flags.eagle_measured and load.mode == p.Mode.AUTO:

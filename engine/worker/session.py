@@ -460,7 +460,7 @@ class EngineSession:
             if cancelled.is_set():
                 answer.cancel()
                 break
-        gen.close()  # type: ignore[attr-defined]  # a generator: as in AutoMode (engine/worker/auto.py)
+        gen.close()
         answer.close()
         if vanilla is not None:
             if vanilla is not self.decoder and self.decoder.restorable:

@@ -4,7 +4,7 @@ llama.cpp's n-gram drafters propose, the target verifies."""
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,9 @@ class DrafterDecoder(_NativeLoop):
     def _head_ctx(self) -> Any:
         return self.lib.specee_drafter_draft_context(self._handle) if self._head_id else None
 
-    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None) -> Iterator[int]:
+    def stream(
+        self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None
+    ) -> Generator[int, None, None]:
         """step_us: how long native code may go on stepping before it hands its tokens over (0: one
         step a call); a consumer that stops early leaves the steps past its last token in the cache.
         progress: see Progress."""

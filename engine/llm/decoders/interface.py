@@ -3,7 +3,7 @@ progress callback and the exception a stopped reading raises."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Protocol
 
 from engine import protocol as p
@@ -21,10 +21,11 @@ class PromptInterrupted(RuntimeError):
 
 class Decoder(Protocol):
     def cached_prefix(self, tokens: list[int]) -> int: ...
-    # step_us: how long native code may go on before it hands its tokens over (0: one step a call)
+    # step_us: how long native code may go on before it hands its tokens over (0: one step a call);
+    # a generator: its consumer close()s it to end the native loop where it stopped reading
     def stream(
         self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None
-    ) -> Iterator[int]: ...
+    ) -> Generator[int, None, None]: ...
     def kv_used(self) -> int: ...
     def accel_stats(self) -> dict[str, float]: ...
     def forget(self) -> None: ...  # drop the KV prefix bookkeeping (another decoder used the context)
@@ -34,8 +35,10 @@ class Decoder(Protocol):
     def last_margin(self) -> float: ...
 
     # whether the target's KV cache alone is this decoder's state (a saved one may be restored:
-    # engine/llm/kv_states.py); kv_tokens: the tokens in it; adopt: a restored cache holds these
-    restorable: bool
+    # engine/llm/kv_states.py); kv_tokens: the tokens in it; adopt: a restored cache holds these.
+    # Read-only here: a decoder may answer it with a class attribute, an instance one or a property.
+    @property
+    def restorable(self) -> bool: ...
 
     def kv_tokens(self) -> list[int]: ...
     # the target's cache holds `tokens` now (restored, or handed back by the batch); `aux`: the

@@ -38,7 +38,8 @@ class _NativeLoop:
     def cached_prefix(self, tokens: list[int]) -> int:
         return common_prefix(self._kv, tokens)
 
-    restorable = False  # a draft model keeps state of its own
+    # restorable (Decoder's): each subclass says, DrafterDecoder per drafter and SpecEEDecoder per
+    # exits (a property there, which a writable attribute here would forbid)
     _head_id = ""  # the EAGLE head file's sha256, where there is one (head_state's tag)
 
     def kv_used(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import random
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ class SpecEEDecoder(_NativeLoop):
         self._head_id = sha256_file(Path(head_path))
         # exits only after the last layer skip no layer, so the cache holds no filled-in K/V and is
         # what any mode would have computed: it may be kept and restored (engine/llm/kv_states.py)
-        self._exits_skip_layers = bool(predictors) and min(predictors.layers, default=self.n_layer) < self.n_layer - 1
+        self._exits_skip_layers = bool(predictors and min(predictors.layers, default=self.n_layer) < self.n_layer - 1)
         self.lib.specee_ee_set_fill(self._ee, fill)
         self.exits, self.force_layer, self.shadow_every = exits, force_layer, shadow_every
         if predictors and predictors.vocab_head is not None:
@@ -76,7 +76,7 @@ class SpecEEDecoder(_NativeLoop):
         return RuntimeError(self.lib.specee_last_error().decode())
 
     @property
-    def restorable(self) -> bool:  # type: ignore[override]
+    def restorable(self) -> bool:
         return not self._exits_skip_layers and self.force_layer < 0
 
     def _head_ctx(self) -> Any:
@@ -89,11 +89,13 @@ class SpecEEDecoder(_NativeLoop):
         # An exit never emits a token of a stop string (nor an end-of-generation token): the full
         # lm_head confirms it, so a premature exit cannot end the answer early. Nor a token biased
         # down (logit_bias < 0): the sampler chain decides whether it may come.
-        stop = {t for st in s.stop for t in self.llm.tokenize(st.encode(), add_bos=False, special=True)}
-        stop = sorted(stop | {int(token) for token, bias in s.logit_bias.items() if bias < 0})
+        stop_strings = {t for st in s.stop for t in self.llm.tokenize(st.encode(), add_bos=False, special=True)}
+        stop = sorted(stop_strings | {int(token) for token, bias in s.logit_bias.items() if bias < 0})
         self.lib.specee_ee_set_stop_tokens(self._ee, (ctypes.c_int32 * max(len(stop), 1))(*stop), len(stop))
 
-    def stream(self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None) -> Iterator[int]:
+    def stream(
+        self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None
+    ) -> Generator[int, None, None]:
         # one native step (one token) a call whatever step_us asks: specee_ee_step has no multi-step form yet
         yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False, progress=progress))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import llama_cpp
 import numpy as np
@@ -58,7 +58,7 @@ class VanillaDecoder:
 
     def stream(
         self, tokens: list[int], s: p.Sampling, grammar: str | Grammar = "", *, step_us: int = 0, progress: Progress | None = None
-    ) -> Iterator[int]:
+    ) -> Generator[int, None, None]:
         """The answer's tokens as they are picked, at most s.max_tokens (0: until the context is full).
         step_us: how long native code may go on picking and decoding before it hands its tokens over
         (the first token always comes at once). 0: one token at a time, each decoded only when the
