@@ -147,12 +147,13 @@ def _switch_keeps_every_logit(
         switch(True)
 
 
-@pytest.mark.parametrize("which", ["q4_k_m", "default-q4_1"])
+@pytest.mark.parametrize("which", ["q4_k_m", "q4_k_m-repacked", "default-q4_1"])
 def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: str, q4_k_model: Path, model_path: Path) -> None:
     """Patch 0009: a verify batch takes each weight row against up to eight activation rows at once
     (their block scales converted once per call); every row's logits must equal, bit for bit, ggml's
     own one-row vec_dot on the same batch, also where a batch spans two groups of columns
-    (Q4_K/Q6_K here, Q4_1/Q8_0 in the default model; Q5_0 is covered by kernel-bench)."""
+    (Q4_K/Q6_K here, Q4_1/Q8_0 in the default model; Q5_0 and Q5_K are covered by kernel-bench).
+    Repacked (patch 0020): Q4_K's interleaved blocks against ggml's gemv (1-3 rows) and gemm (4+)."""
     import platform
 
     from engine.native import multicol_available, multicol_rows, set_multicol
@@ -161,8 +162,8 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
         assert multicol_available(), "this x86 build should carry the AVX2 multi-column kernels"
     if not multicol_available():
         pytest.skip("no multi-column kernels for this CPU")
-    path = q4_k_model if which == "q4_k_m" else model_path
-    with batch_invariant_weights(False):
+    path = model_path if which == "default-q4_1" else q4_k_model
+    with batch_invariant_weights(which == "q4_k_m-repacked"):
         llm = Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, verbose=False)
     try:
         _switch_keeps_every_logit(llm, (2, 3, 4, 6, 8, 9, 12), set_multicol, multicol_rows, "the multi-column kernels")
@@ -192,6 +193,7 @@ def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
     """native/build.py --kernel-bench: random weights of every type the kernels cover (and some
     they leave to ggml), each row of 2, 3, 4 and 8-row calls against its one-row call and against
     ggml's own vec_dot."""
+    import platform
     import subprocess
     import sys
 
@@ -202,7 +204,10 @@ def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
     out = subprocess.run([program, "512", "256", "2"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
-    assert {r.split()[0] for r in rows} >= {"q4_1", "q5_0", "q8_0", "q4_K", "q6_K"}
+    expected = {"q4_1", "q5_0", "q8_0", "q4_K", "q5_K", "q6_K"}
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        expected.add("q4_K/repack")  # the layout the worker loads Q4_K_M files in there
+    assert {r.split()[0] for r in rows} >= expected
     bad = [r for r in rows if " DIFF" in r or "!= ggml" in r]
     assert bad == [], bad
 
