@@ -15,13 +15,15 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-// ggml-cpu's switch for our kernels (multicol.h)
+// ggml-cpu's switch for our kernels and their count of weight rows computed (multicol.h)
 void specee_multicol_set(bool on);
+int64_t specee_multicol_rows(void);
 
 #define NMAX 8
 
@@ -123,7 +125,7 @@ int main(int argc, char ** argv) {
     float * ref = malloc(sizeof(float) * M);
     printf("K=%d M=%d threads=%d: ms of one call of n rows (fastest of several), its ratio to n=1 of the same line; ggml: our "
            "kernels off, ours: on (the two interleaved per n); DIFF: a row differs from ggml's one-row call; last: "
-           "ggml's one-row calls against ggml's vec_dot (file layout)\n",
+           "ggml's one-row calls against ggml's vec_dot (file layout); (not ours): our kernels never ran for this type\n",
            K, M, threads);
     char list[256];
     snprintf(list, sizeof(list), "%s", names);
@@ -161,10 +163,13 @@ int main(int argc, char ** argv) {
         }
         double ms[2][NMAX + 1];
         int diff[2][NMAX + 1];
+        int64_t taken = 0;  // weight rows our kernels computed
         for (int n = 1; n <= NMAX; ++n) {
             for (int mode = 0; mode < 2; ++mode) {
                 specee_multicol_set(mode == 1);
+                const int64_t rows0 = specee_multicol_rows();
                 ms[mode][n] = run(&W, xf, K, M, n, threads, many, reps);
+                taken += specee_multicol_rows() - rows0;
                 diff[mode][n] = memcmp(one, many, sizeof(float) * M * n) != 0;
             }
         }
@@ -174,7 +179,8 @@ int main(int argc, char ** argv) {
             for (int n = 1; n <= NMAX; ++n) {
                 printf("  n=%d %7.3f %4.2fx%s", n, ms[mode][n], ms[mode][n] / ms[mode][1], diff[mode][n] ? " DIFF" : "");
             }
-            printf("%s\n", mode == 1 ? "" : same_vec_dot < 0 ? "" : same_vec_dot ? "  = ggml vec_dot" : "  != ggml vec_dot");
+            printf("%s\n", mode == 1 ? (taken ? "" : "  (not ours: ggml's kernels ran)")
+                            : same_vec_dot < 0 ? "" : same_vec_dot ? "  = ggml vec_dot" : "  != ggml vec_dot");
         }
         ggml_free(W.ctx);
         if (W.buf) {
