@@ -475,8 +475,6 @@ INLINE void q6_K_body(int n, float * s, const void * vx, const void * const * vy
 }
 #    endif
 
-#    if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
-        defined(__AVX512VNNI__)
 // ggml-cpu's repacked Q4_K (repack.h's block_q4_Kx8: 8 weight rows' super-blocks interleaved, each
 // row's 8 quants of a sub-block pair in one 8-byte run; in the 64 bytes at qs + 256 sb + 64 k, row
 // j's run (bytes 8j..8j+7) holds elements 8k..8k+7 of sub-block 2sb in its low nibbles and of
@@ -498,15 +496,94 @@ INLINE void unpack_scales_mins(const uint8_t * p, uint32_t u[4]) {
     u[0] &= 0x3f3f3f3f;
 }
 
+#    if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
+        defined(__AVX512VNNI__)
+// One sub-block pair's weights, unpacked once: the 8 rows' quants as bytes, their scales as ints.
+typedef struct {
+    __m512i lo[4], hi[4];  // sub-block 2sb (2sb+1): elements 8k..8k+7 of row j in bytes 8j..8j+7 of [k]
+    __m512i sc0, sc1;      // row j's scale of sub-block 2sb (2sb+1) in 64-bit lane j
+} q4_Kx8_pair;
+
+INLINE void q4_Kx8_unpack(const uint8_t * qs, const uint32_t u0[4], const uint32_t u1[4], q4_Kx8_pair * w) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    for (int k = 0; k < 4; ++k) {
+        const __m512i raw = _mm512_loadu_si512((const void *) (qs + 64 * k));
+        w->lo[k] = _mm512_and_si512(raw, m4);
+        w->hi[k] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    }
+    w->sc0 = _mm512_cvtepu8_epi64(_mm_set_epi32(0, 0, (int) u0[1], (int) u0[0]));
+    w->sc1 = _mm512_cvtepu8_epi64(_mm_set_epi32(0, 0, (int) u1[1], (int) u1[0]));
+}
+
+// Row j's exact sum over the pair (scale of 2sb times its 32 products, plus 2sb+1's) as float lane j:
+// one dpbusd per 64 products (8 rows x 8 elements) instead of ggml's maddubs, add, shuffle and blend.
+INLINE __m256 q4_Kx8_pair_sums(const q4_Kx8_pair * w, const int8_t * q8) {
+    __m512i sl = _mm512_setzero_si512(), sh = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+        int64_t al, ah;
+        memcpy(&al, q8 + 8 * k, 8);
+        memcpy(&ah, q8 + 32 + 8 * k, 8);
+        sl = _mm512_dpbusd_epi32(sl, w->lo[k], _mm512_set1_epi64(al));
+        sh = _mm512_dpbusd_epi32(sh, w->hi[k], _mm512_set1_epi64(ah));
+    }
+    // a row's two 32-bit halves summed into its 64-bit lane's low half, times the row's scale
+    sl = _mm512_add_epi32(sl, _mm512_srli_epi64(sl, 32));
+    sh = _mm512_add_epi32(sh, _mm512_srli_epi64(sh, 32));
+    const __m512i isum = _mm512_add_epi64(_mm512_mul_epi32(sl, w->sc0), _mm512_mul_epi32(sh, w->sc1));
+    // exact int32-range values: the same floats as ggml's cvtepi32_ps
+    return _mm512_cvtepi64_ps(isum);
+}
+#    else
+// AVX2: the same exact sums from maddubs (int16 lanes hold at most 8 products of 15 x 128) and madd.
+typedef struct {
+    __m256i lo[2][4], hi[2][4];  // [h][k]: rows 4h..4h+3, elements 8k..8k+7 of sub-block 2sb (2sb+1)
+    __m256i sc0[2], sc1[2];      // row 4h + j's scale of sub-block 2sb (2sb+1) in 64-bit lane j
+} q4_Kx8_pair;
+
+INLINE void q4_Kx8_unpack(const uint8_t * qs, const uint32_t u0[4], const uint32_t u1[4], q4_Kx8_pair * w) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int h = 0; h < 2; ++h) {
+        for (int k = 0; k < 4; ++k) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *) (qs + 64 * k + 32 * h));
+            w->lo[h][k] = _mm256_and_si256(raw, m4);
+            w->hi[h][k] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        }
+        w->sc0[h] = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int) u0[h]));
+        w->sc1[h] = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int) u1[h]));
+    }
+}
+
+INLINE __m256i q4_Kx8_half(const __m256i * q, const int8_t * a) {
+    __m256i s16 = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+        int64_t v;
+        memcpy(&v, a + 8 * k, 8);
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[k], _mm256_set1_epi64x(v)));
+    }
+    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    return _mm256_add_epi32(s32, _mm256_srli_epi64(s32, 32));
+}
+
+INLINE __m256 q4_Kx8_pair_sums(const q4_Kx8_pair * w, const int8_t * q8) {
+    __m256i v[2];
+    for (int h = 0; h < 2; ++h) {
+        v[h] = _mm256_add_epi64(_mm256_mul_epi32(q4_Kx8_half(w->lo[h], q8), w->sc0[h]),
+                                _mm256_mul_epi32(q4_Kx8_half(w->hi[h], q8 + 32), w->sc1[h]));
+    }
+    // rows 0-3 in the even dwords, 4-7 in the odd ones, then in order
+    const __m256i mixed = _mm256_blend_epi32(v[0], _mm256_slli_epi64(v[1], 32), 0xAA);
+    return _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(mixed, _mm256_set_epi32(7, 5, 3, 1, 6, 4, 2, 0)));
+}
+#    endif
+
 // Fidelity: ggml's gemv (arch/x86/repack.cpp, made to round like its gemm by patch 0008) sums each
 // sub-block pair's products exactly in integers (no int16 lane can overflow there) and then, per
 // weight row, does acc = fma(float(isum), d * a.d, acc) and the same for the mins, once per pair,
 // and subtracts the two at the end. Integer sums are exact whichever instructions make them, so
-// this kernel makes them with AVX-512 VNNI (one dpbusd per 32 products instead of maddubs, add,
-// shuffle and blend) and keeps every float operation of ggml's, in its order, per weight row.
+// this kernel makes them its own way (q4_Kx8_pair_sums) and keeps every float operation of
+// ggml's, in its order, per weight row.
 INLINE void q4_Kx8_body(int n, float * s, size_t bs, const void * vx, const void * const * vy, int nrows, const int nc) {
     const int nb = n / QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0xF);
     for (int x = 0; x < nrows / 8; ++x) {
         const q4_Kx8 * w = (const q4_Kx8 *) vx + (size_t) x * nb;
         __m256 acc[MAXC], acc_m[MAXC];
@@ -532,35 +609,15 @@ INLINE void q4_Kx8_body(int n, float * s, size_t bs, const void * vx, const void
                 uint32_t u0[4], u1[4];
                 unpack_scales_mins(w[b].scales + 24 * sb, u0);
                 unpack_scales_mins(w[b].scales + 24 * sb + 12, u1);
-                // each weight row's two sub-block scales, one per 64-bit lane (for mul_epi32)
-                const __m512i sc0 = _mm512_cvtepu8_epi64(_mm_set_epi32(0, 0, (int) u0[1], (int) u0[0]));
-                const __m512i sc1 = _mm512_cvtepu8_epi64(_mm_set_epi32(0, 0, (int) u1[1], (int) u1[0]));
+                q4_Kx8_pair pair;
+                q4_Kx8_unpack(w[b].qs + 256 * sb, u0, u1, &pair);
                 // (min of 2sb, min of 2sb+1) per weight row as int16 pairs, as ggml's mins_01
                 const __m256i mins01 =
                     _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_set_epi32(0, 0, (int) u0[3], (int) u0[2]),
                                                            _mm_set_epi32(0, 0, (int) u1[3], (int) u1[2])));
-                __m512i lo[4], hi[4];
-                for (int k = 0; k < 4; ++k) {
-                    const __m512i raw = _mm512_loadu_si512((const void *) (w[b].qs + 256 * sb + 64 * k));
-                    lo[k] = _mm512_and_si512(raw, m4);
-                    hi[k] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                }
                 for (int c = 0; c < nc; ++c) {
                     const int8_t * q8 = ((const block_q8_K *) vy[c] + b)->qs + 64 * sb;
-                    __m512i sl = _mm512_setzero_si512(), sh = _mm512_setzero_si512();
-                    for (int k = 0; k < 4; ++k) {
-                        int64_t al, ah;
-                        memcpy(&al, q8 + 8 * k, 8);
-                        memcpy(&ah, q8 + 32 + 8 * k, 8);
-                        sl = _mm512_dpbusd_epi32(sl, lo[k], _mm512_set1_epi64(al));
-                        sh = _mm512_dpbusd_epi32(sh, hi[k], _mm512_set1_epi64(ah));
-                    }
-                    // a weight row's two 32-bit halves summed into its 64-bit lane's low half
-                    sl = _mm512_add_epi32(sl, _mm512_srli_epi64(sl, 32));
-                    sh = _mm512_add_epi32(sh, _mm512_srli_epi64(sh, 32));
-                    const __m512i isum = _mm512_add_epi64(_mm512_mul_epi32(sl, sc0), _mm512_mul_epi32(sh, sc1));
-                    // exact int32-range values: the same floats as ggml's cvtepi32_ps
-                    acc[c] = _mm256_fmadd_ps(_mm512_cvtepi64_ps(isum), dsc[c], acc[c]);
+                    acc[c] = _mm256_fmadd_ps(q4_Kx8_pair_sums(&pair, q8), dsc[c], acc[c]);
                     const __m256i q8pair = _mm256_set1_epi32(_mm_extract_epi32(q8s[c], 0));
                     q8s[c] = _mm_bsrli_si128(q8s[c], 4);
                     acc_m[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(q8pair, mins01)), dmn[c], acc_m[c]);
@@ -585,8 +642,6 @@ static void multi_q4_Kx8(int n, float * s, size_t bs, const void * vx, const voi
         default: q4_Kx8_body(n, s, bs, vx, vy, nrows, 8); break;
     }
 }
-#        define SPECEE_HAVE_Q4_KX8 1
-#    endif
 
 // One entry point per type; the column count becomes a constant so each body unrolls fully.
 #    define SPECEE_MULTI(T)                                                                          \
@@ -669,11 +724,7 @@ specee_repacked_multi_t specee_q4_K_8x8_multi(int64_t ncols) {
     if (!enabled() || ncols < 1 || ncols > SPECEE_MULTICOL_MAX) {
         return NULL;
     }
-#    ifdef SPECEE_HAVE_Q4_KX8
     return multi_q4_Kx8;
-#    else
-    return NULL;
-#    endif
 }
 
 #else

@@ -46,8 +46,8 @@ specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type, int64_t ncols);
 // weights repacked) times nc <= SPECEE_MULTICOL_MAX activation rows (block_q8_K, vy[c] each):
 // s[c * bs + r] for the nrows weight rows (a multiple of 8) at vx. Each row's result is
 // bit-identical to ggml's gemv and gemm for that layout (patch 0008 made those two agree), so a
-// decode, a verify batch and a prompt batch agree whichever path computed them. NULL where this
-// CPU lacks AVX-512 VNNI or the kernels are off (ggml's gemv/gemm then).
+// decode, a verify batch and a prompt batch agree whichever path computed them. AVX-512 VNNI or
+// AVX2 (the same results); NULL without AVX2/FMA/F16C or with the kernels off (ggml's gemv/gemm).
 typedef void (*specee_repacked_multi_t)(int n, float * s, size_t bs, const void * vx, const void * const * vy, int nrows,
                                         int nc);
 specee_repacked_multi_t specee_q4_K_8x8_multi(int64_t ncols);
