@@ -194,12 +194,13 @@ def _switch_keeps_every_logit(
         switch(True)
 
 
-@pytest.mark.parametrize("which", ["q4_k_m", "default-q4_1"])
+@pytest.mark.parametrize("which", ["q4_k_m", "q4_k_m-repacked", "default-q4_1"])
 def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: str, q4_k_model: Path, model_path: Path) -> None:
     """Patch 0009: a verify batch takes each weight row against up to eight activation rows at once
     (their block scales converted once per call); every row's logits must equal, bit for bit, ggml's
     own one-row vec_dot on the same batch, also where a batch spans two groups of columns
-    (Q4_K/Q6_K here, Q4_1/Q8_0 in the default model; Q5_0 is covered by kernel-bench)."""
+    (Q4_K/Q6_K here, Q4_1/Q8_0 in the default model; Q5_0 and Q5_K are covered by kernel-bench).
+    Repacked (patch 0020): Q4_K's interleaved blocks against ggml's gemv (1-3 rows) and gemm (4+)."""
     import platform
 
     from engine.native import multicol_available, multicol_rows, set_multicol
@@ -208,8 +209,8 @@ def test_multi_column_kernels_compute_every_row_exactly_as_ggml_vec_dot(which: s
         assert multicol_available(), "this x86 build should carry the AVX2 multi-column kernels"
     if not multicol_available():
         pytest.skip("no multi-column kernels for this CPU")
-    path = q4_k_model if which == "q4_k_m" else model_path
-    llm = Target.load(path, n_ctx=256, n_batch=256, n_threads=2, repack=False)
+    path = model_path if which == "default-q4_1" else q4_k_model
+    llm = Target.load(path, n_ctx=256, n_batch=256, n_threads=2, repack=which == "q4_k_m-repacked")
     try:
         _switch_keeps_every_logit(llm, (2, 3, 4, 6, 8, 9, 12), set_multicol, multicol_rows, "the multi-column kernels")
     finally:
@@ -235,8 +236,9 @@ def test_weight_rows_split_by_thread_leave_every_logit_as_it_was(which: str, q4_
 
 def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
     """native/build.py --kernel-bench: random weights of every type the kernels cover (and some
-    they leave to ggml), each row of 2, 3, 4 and 8-row calls against its one-row call and against
-    ggml's own vec_dot."""
+    they leave to ggml), each row of 1- to 8-row calls, our kernels off and on, against its one-row
+    call by ggml and against ggml's own vec_dot; and our kernels must have run for every covered type."""
+    import platform
     import subprocess
     import sys
 
@@ -247,9 +249,17 @@ def test_kernel_bench_finds_every_type_exact_against_ggml() -> None:
     out = subprocess.run([program, "512", "256", "2"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
-    assert {r.split()[0] for r in rows} >= {"q4_1", "q5_0", "q8_0", "q4_K", "q6_K"}
+    expected = {"q4_1", "q5_0", "q8_0", "q4_K", "q5_K", "q6_K"}
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        expected.add("q4_K/repack")  # the layout the worker loads Q4_K_M files in there
+    assert {r.split()[0] for r in rows} >= expected
     bad = [r for r in rows if " DIFF" in r or "!= ggml" in r]
     assert bad == [], bad
+    # every type listed has our kernels on this CPU, and they ran (their row count grew)
+    flags = Path("/proc/cpuinfo").read_text(errors="replace").split() if Path("/proc/cpuinfo").exists() else []
+    if "avx2" in flags:  # the x86 kernels (AVX2, AVX-512 where there); other CPUs run ggml's
+        skipped = [r for r in rows if "(not ours" in r and r.split()[0] in expected]
+        assert skipped == [], skipped
 
 
 # Where the tiny model's two layers go on a GPU device (lavapipe where there is no real GPU): all of

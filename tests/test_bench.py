@@ -145,6 +145,7 @@ def test_cost_curve_compares_the_kernels_side_by_side_with_the_floor(
     text = capsys.readouterr().out
     assert "ggml vec_dot" in text and "multi, chunks" in text and "multi-column" in text and "repacked" in text
     assert "weight rows split by thread (patch 0019)" in text
+    assert "repacked: our kernels (patch 0020) against ggml's gemv/gemm" in text
     assert "physical floor of one token" in text
     data = json.loads(out.read_text())
     for curve in data["curves"].values():

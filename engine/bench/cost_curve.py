@@ -34,7 +34,8 @@ def report(model_path: Path, threads: int, sizes: tuple[int, ...] = SIZES) -> tu
     from engine.placement.weights_layout import repack_is_exact
 
     flat = ["ggml vec_dot", "multi, chunks", "multi-column"] if multicol_available() else ["ggml vec_dot"]
-    curves = measure(model_path, False, threads, flat, sizes) + measure(model_path, True, threads, ["repacked"], sizes)
+    repacked = measure(model_path, True, threads, ["repacked ggml", "repacked"], sizes)
+    curves = measure(model_path, False, threads, flat, sizes) + repacked
     used = "repacked" if repack_is_exact(inspect_gguf(model_path)) else flat[-1]
     head = f"{'kernels':<13} {'n=1 ms':>8} " + " ".join(f"{f'n={n}':>7}" for n in sizes[1:])
     lines = [
@@ -52,6 +53,12 @@ def report(model_path: Path, threads: int, sizes: tuple[int, ...] = SIZES) -> tu
         lines.append(
             "weight rows split by thread (patch 0019) against upstream's small chunks: "
             + ", ".join(f"n={n} {chunks.ms[n] / split.ms[n]:.2f}x faster" for n in sizes)
+        )
+    if "repacked ggml" in by_name:
+        ggml, ours = by_name["repacked ggml"], by_name["repacked"]
+        lines.append(
+            "repacked: our kernels (patch 0020) against ggml's gemv/gemm: "
+            + ", ".join(f"n={n} {ggml.ms[n] / ours.ms[n]:.2f}x faster" for n in sizes)
         )
     data = {
         "model": model_path.name,

@@ -29,11 +29,13 @@ class CostCurve:
 # row at a time in upstream's small chunks taken in turns (upstream, batch-invariant); the same with
 # our multi-column kernels computing up to eight rows per weight row (patch 0009, same arithmetic);
 # those with each thread streaming one run of weight rows (patch 0019, what the worker runs); and
-# ggml's repacked layout (Q4_K batch-invariant by patch 0008; other types multi-column)
+# ggml's repacked layout (Q4_K batch-invariant by patch 0008) with ggml's own kernels (gemv/gemm,
+# other types vec_dot) and with ours (Q4_K's interleaved blocks by patch 0020, others multi-column)
 KERNELS = {
     "ggml vec_dot": (False, False, False),
     "multi, chunks": (False, True, False),
     "multi-column": (False, True, True),
+    "repacked ggml": (True, False, True),
     "repacked": (True, True, True),
 }
 

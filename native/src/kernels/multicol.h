@@ -37,10 +37,20 @@ static inline size_t specee_multicol_scales_per_row(int n) {
 }
 
 // The kernel for weights of this type times ncols activation rows, or NULL (ggml's vec_dot is
-// used): x86 with AVX2/FMA/F16C for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K from two rows on; Q4_1, Q5_0
+// used): x86 with AVX2/FMA/F16C for Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K from two rows on; Q4_1, Q5_0
 // and Q8_0 for one row too, where converting the row's scales once is what saves time (a one-row
 // decode of the default model: see multicol.c). Off: specee_multicol_set(false).
 specee_vec_dot_multi_t specee_vec_dot_multi(enum ggml_type type, int64_t ncols);
+
+// ggml-cpu's repacked Q4_K weights (block_q4_Kx8, the x86 layout for Q4_K when the worker loads
+// weights repacked) times nc <= SPECEE_MULTICOL_MAX activation rows (block_q8_K, vy[c] each):
+// s[c * bs + r] for the nrows weight rows (a multiple of 8) at vx. Each row's result is
+// bit-identical to ggml's gemv and gemm for that layout (patch 0008 made those two agree), so a
+// decode, a verify batch and a prompt batch agree whichever path computed them. AVX-512 VNNI or
+// AVX2 (the same results); NULL without AVX2/FMA/F16C or with the kernels off (ggml's gemv/gemm).
+typedef void (*specee_repacked_multi_t)(int n, float * s, size_t bs, const void * vx, const void * const * vy, int nrows,
+                                        int nc);
+specee_repacked_multi_t specee_q4_K_8x8_multi(int64_t ncols);
 
 // Exported from ggml-cpu for the worker (engine/knobs.py, read once at its start: the kernels read
 // no environment) and for measurements (`specee bench --cost-curve` compares both in one run):
