@@ -434,9 +434,19 @@ class EngineSession:
         )  # fmt: skip
         # logprobs and margins read the logits each token came from: one token a call then
         step_us = 0 if req.logprobs or req.report_margins else NATIVE_STEP_US
+
         # PromptProgress after each batch of a long prompt; on a GPU only as it starts (the prompt is
         # read in one call there: a whole prefill's chunks must stay the same, see above)
-        progress = answer.read if self.placement.n_gpu_layers == 0 else None
+        def reading(n_done: int) -> None:
+            answer.read(n_done)
+            if governor is not None:
+                # between batches too: a long prompt is read for up to minutes, and with only the
+                # count the previous answer ended on it was read on one of two cores after a busy
+                # spell (or on two beside a neighbour, each barrier stalled) (issue 46)
+                threads_used.clear()  # the answer's speed is measured from its first token
+                threads_used.add(governor.tick())
+
+        progress = reading if self.placement.n_gpu_layers == 0 else None
         if vanilla is not None:
             gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us, progress=progress)
         else:
