@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -174,7 +175,8 @@ class PeerSide:
         from engine.paths import cache_dir
 
         self.name = name
-        log = cache_dir() / "logs" / "peer-long.log"
+        # a log per side: two peers in one run wrote over each other's
+        log = cache_dir() / "logs" / f"peer-long-{re.sub(r'[^A-Za-z0-9.]+', '_', flags).strip('_') or 'plain'}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self.server = PeerServer(binary, model, n_threads, n_ctx, flags.split(), log)
         self.about = f"llama-server -t {n_threads} -c {n_ctx} -np 1 {flags}".rstrip()
