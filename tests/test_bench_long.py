@@ -86,3 +86,17 @@ def test_unknown_sides_are_refused_before_anything_runs(model_path: Path) -> Non
         cli(["bench", "--long", "--model", str(model_path), "--long-lengths", "64", "--modes", "eagle"])
     with pytest.raises(SystemExit, match="unknown side option"):
         cli(["bench", "--long", "--model", str(model_path), "--long-lengths", "64", "--modes", "vanilla:parallel=2"])
+
+
+def test_a_sides_options_and_the_prompt_batch_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.bench.long_prompts import parse_options
+    from engine.worker.session import prompt_batch
+
+    assert parse_options("serve:parallel=1+threads=2+batch=2048") == ("serve", {"parallel": "1", "threads": "2", "batch": "2048"})
+    assert parse_options("vanilla:batch=2048") == ("vanilla", {"batch": "2048"})
+    assert parse_options("peer:-ub 2048 -b 2048") == ("peer", {"flags": "-ub 2048 -b 2048"})
+    assert prompt_batch(8192) == 512 and prompt_batch(256) == 256  # llama.cpp's ubatch, never past the context
+    monkeypatch.setenv("SPECEE_PROMPT_BATCH", "2048")
+    assert prompt_batch(8192) == 2048 and prompt_batch(1024) == 1024
+    monkeypatch.setenv("SPECEE_PROMPT_BATCH", "lots")
+    assert prompt_batch(8192) == 512

@@ -7,13 +7,15 @@ the document before), interleaved length by length and side by side, so machine 
 Per length: the time to the first token, prompt tokens a second, and ours over the peer's.
 
 Sides (--modes with --long):
-  vanilla[:threads=N]            our worker in vanilla mode, as `specee bench` runs it (one place)
-  serve[:parallel=N][+threads=N] `specee serve --mode vanilla` (its default places), over HTTP
+  vanilla[:threads=N][+batch=N]  our worker in vanilla mode, as `specee bench` runs it (one place);
+                                 batch: prompt rows per llama_decode (n_batch and n_ubatch; 512)
+  serve[:parallel=N][+threads=N][+batch=N]  `specee serve --mode vanilla` (its default places), over HTTP
   peer[:FLAGS]                   plain llama-server, -np 1; FLAGS: more of its flags, e.g. "-ub 2048"
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -68,7 +71,8 @@ def parse_options(spec: str) -> tuple[str, dict[str, str]]:
     out: dict[str, str] = {}
     for opt in filter(None, opts.split("+")):
         key, eq, value = opt.partition("=")
-        if not eq or key not in ("threads", "parallel") or not value.isdigit() or (key == "parallel" and kind != "serve"):
+        known = ("threads", "parallel", "batch") if kind == "serve" else ("threads", "batch")
+        if not eq or key not in known or not value.isdigit():
             raise SystemExit(f"specee bench --long: unknown side option {opt!r} in {spec!r} (see --help)")
         out[key] = value
     if kind not in ("vanilla", "serve"):
@@ -76,18 +80,35 @@ def parse_options(spec: str) -> tuple[str, dict[str, str]]:
     return kind, out
 
 
+@contextlib.contextmanager
+def _prompt_batch(batch: int) -> Iterator[None]:
+    """A worker started meanwhile reads prompts `batch` rows a call (engine/worker/session.py prompt_batch)."""
+    before = os.environ.get("SPECEE_PROMPT_BATCH")
+    if batch:
+        os.environ["SPECEE_PROMPT_BATCH"] = str(batch)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPECEE_PROMPT_BATCH", None)
+        else:
+            os.environ["SPECEE_PROMPT_BATCH"] = before
+
+
 class WorkerSide:
     """Our worker, vanilla, one place, no kept caches: the bench's vanilla mode."""
 
-    def __init__(self, name: str, model: Path, n_ctx: int, n_threads: int) -> None:
+    def __init__(self, name: str, model: Path, n_ctx: int, n_threads: int, batch: int = 0) -> None:
         from engine.client import WorkerClient
 
         self.name = name
         self.client = WorkerClient()
-        self.client.start()
+        with _prompt_batch(batch):
+            self.client.start()
         placement = p.Placement(n_ctx=n_ctx, n_threads=n_threads)
         loaded = self.client.load(str(model), placement, mode="vanilla", keep_kv=False, measure_reference=False)
         self.about = f"our worker, vanilla, {loaded.n_threads} threads{'' if n_threads else ' (auto)'}, n_ctx {loaded.n_ctx}"
+        self.about += f", prompt batch {batch}" if batch else ""
 
     def _answer(self, request: p.Generate) -> tuple[p.Stats, p.Done]:
         stats, done = p.Stats(), p.Done()
@@ -114,7 +135,7 @@ class WorkerSide:
 class ServeSide:
     """`specee serve --mode vanilla` in a process of its own, with an empty cache folder, streamed chat requests."""
 
-    def __init__(self, name: str, model: Path, n_ctx: int, n_threads: int, parallel: int | None) -> None:
+    def __init__(self, name: str, model: Path, n_ctx: int, n_threads: int, parallel: int | None, batch: int = 0) -> None:
         from engine.serve.launcher import ServerProcess
 
         self.name = name
@@ -124,13 +145,14 @@ class ServeSide:
         os.environ["SPECEE_CACHE_DIR"] = self._cache.name  # no kept conversation from an earlier run answers
         try:
             self.server = ServerProcess(model=model, mode="vanilla", extra_args=args)
-            self.server.start()
+            with _prompt_batch(batch):
+                self.server.start()
         finally:
             if before is None:
                 os.environ.pop("SPECEE_CACHE_DIR", None)
             else:
                 os.environ["SPECEE_CACHE_DIR"] = before
-        self.about = f"specee serve --mode vanilla {' '.join(args)}"
+        self.about = f"specee serve --mode vanilla {' '.join(args)}" + (f", prompt batch {batch}" if batch else "")
         with urllib.request.urlopen(f"{self.server.url}/v1/models", timeout=30) as r:
             self._model_id = json.load(r)["data"][0]["id"]
 
@@ -235,9 +257,10 @@ def run_long(
             t = int(opts.get("threads", n_threads))
             side: Side
             if kind == "vanilla":
-                side = WorkerSide(spec, model, n_ctx, t)
+                side = WorkerSide(spec, model, n_ctx, t, int(opts.get("batch", 0)))
             elif kind == "serve":
-                side = ServeSide(spec, model, n_ctx, t, int(opts["parallel"]) if "parallel" in opts else None)
+                parallel = int(opts["parallel"]) if "parallel" in opts else None
+                side = ServeSide(spec, model, n_ctx, t, parallel, int(opts.get("batch", 0)))
             else:
                 if not peer_server:
                     raise SystemExit("the peer side needs llama-server: `python native/build.py --server` builds it")

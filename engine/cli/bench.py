@@ -132,7 +132,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--long", action="store_true",
                        help="instead: time to the first token of long documents (1k, 4k, 16k tokens, or up to the model's "
                             "context less 1k) read cold, ours beside plain llama-server; --modes then names the sides: "
-                            "vanilla[:threads=N], serve[:parallel=N][+threads=N], peer[:LLAMA-SERVER FLAGS] "
+                            "vanilla[:threads=N][+batch=N], serve[:parallel=N][+threads=N][+batch=N], peer[:LLAMA-SERVER FLAGS] "
                             "(default: vanilla,peer); --repeat: documents per length and side")  # fmt: skip
     bench.add_argument("--long-lengths", help="with --long: these prompt lengths in tokens instead, e.g. 1024,4096")
     bench.add_argument("--hog", action="store_true", help="run again beside a busy-loop process: slowdown per mode")

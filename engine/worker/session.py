@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import random
 import threading
 import time
@@ -52,6 +53,14 @@ NATIVE_STEP_US = 20_000
 SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
 
 
+def prompt_batch(n_ctx: int) -> int:
+    """Prompt rows a llama_decode takes (llama.cpp's n_batch and n_ubatch alike): 512, as llama.cpp's
+    ubatch; SPECEE_PROMPT_BATCH=N sets it (measurements: `specee bench --long --modes vanilla:batch=N`).
+    Larger did not read a long prompt faster with the batch-invariant kernels (issue 46)."""
+    forced = os.environ.get("SPECEE_PROMPT_BATCH", "")
+    return min(int(forced) if forced.isdigit() and int(forced) > 0 else 512, n_ctx)
+
+
 class EngineSession:
     """A model in memory, for a Load that passed Load.validate(). Not thread-safe: the worker drives
     it from one thread. (A conversation is engine.chats.session.ChatSession, on the frontend's side.)"""
@@ -84,7 +93,8 @@ class EngineSession:
                 self.llm = Llama(
                     model_path=str(Path(load.model_path)),
                     n_ctx=n_cells,
-                    n_batch=min(512, placement.n_ctx),
+                    n_batch=prompt_batch(placement.n_ctx),
+                    n_ubatch=prompt_batch(placement.n_ctx),
                     n_threads=self.n_threads,
                     n_threads_batch=self.n_threads,
                     n_gpu_layers=placement.n_gpu_layers,
