@@ -100,3 +100,11 @@ def test_a_sides_options_and_the_prompt_batch_knob(monkeypatch: pytest.MonkeyPat
     assert prompt_batch(8192) == 2048 and prompt_batch(1024) == 1024
     monkeypatch.setenv("SPECEE_PROMPT_BATCH", "lots")
     assert prompt_batch(8192) == 512
+
+
+def test_every_document_in_a_long_run_is_cut_exactly(model_path: Path) -> None:
+    """The third 1,024-token document in a row could not be cut (every cut of its text straddled the
+    length: 1,025 tokens, then 1,023) and the whole run stopped before it began."""
+    docs = _documents(model_path)
+    lengths = [1024, 1024, 1024, *[64, 96, 100, 128, 256] * 4]
+    assert [len(docs.next(n)[1]) for n in lengths] == lengths

@@ -18,7 +18,10 @@ from engine.llm.chat_prompt import ChatPrompt
 # less LONG_ROOM in place of each that does not fit (the default model, 8k: 1k, 4k and 7k).
 LONG_LENGTHS = (1024, 4096, 16384)
 LONG_ROOM = 1024
-ASK = "\n\nSummarise the document above in three sentences."
+ASK = "Summarise the document above in three sentences."
+# between the document and the question: where every cut of the text straddles the length (tokens
+# merging across it), another of these gives it
+JOINS = ("\n\n", "\n\n\n", "\n", " \n\n")
 
 
 class DocumentError(ValueError):
@@ -66,8 +69,8 @@ class Documents:
             stretch = (self._tokens * (2 + n // len(self._tokens)))[start : start + n] if n > 0 else []
             return self._detokenize(stretch).rstrip()
 
-        def build(body: str) -> tuple[list[dict[str, str]], list[int]]:
-            messages = [{"role": "user", "content": header + body + ASK}]
+        def build(body: str, join: str = JOINS[0]) -> tuple[list[dict[str, str]], list[int]]:
+            messages = [{"role": "user", "content": header + body + join + ASK}]
             return messages, self.prompt_tokens(messages)
 
         n = max(0, length - len(build("")[1]))
@@ -77,16 +80,23 @@ class Documents:
             if counts[n] == length or n + length - counts[n] in counts:
                 break
             n = max(0, n + length - counts[n])
-        # where tokens merge across the cut (a run of spaces), no cut may give the length: the
-        # shortest cut that is too long loses characters from its end until it fits
-        n = min((m for m, c in counts.items() if c > length), default=n)
-        body = text(n)
-        for end in range(len(body), max(0, len(body) - 400), -1):
-            messages, tokens = build(body[:end])
-            if len(tokens) == length:
-                self._next += n
-                self._count += 1
-                return messages, tokens
-            if len(tokens) < length:
-                break
+        if counts[n] == length:
+            made = build(text(n))
+            self._next += n
+            self._count += 1
+            return made
+        # where tokens merge across the cut (a run of spaces), no cut may give the length: a cut that is
+        # too long loses characters from its end, each tried with every join, until one fits
+        first = min((m for m, c in counts.items() if c > length), default=n)
+        for m in range(first, first + 16):
+            body = text(m)
+            for end in range(len(body), max(0, len(body) - 400), -1):
+                tried = [build(body[:end], join) for join in JOINS]
+                for messages, tokens in tried:
+                    if len(tokens) == length:
+                        self._next += m
+                        self._count += 1
+                        return messages, tokens
+                if all(len(tokens) < length for _, tokens in tried):
+                    break
         raise DocumentError(f"could not cut a document to exactly {length} prompt tokens (a cut of {n} gave {counts.get(n)})")
