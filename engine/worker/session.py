@@ -56,7 +56,7 @@ SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
 def prompt_batch(n_ctx: int) -> int:
     """Prompt rows a llama_decode takes (llama.cpp's n_batch and n_ubatch alike): 512, as llama.cpp's
     ubatch; SPECEE_PROMPT_BATCH=N sets it (measurements: `specee bench --long --modes vanilla:batch=N`).
-    Larger did not read a long prompt faster with the batch-invariant kernels (issue 46)."""
+    2048 was not shown to read a long prompt faster (issue 46, docs/measurements.md)."""
     forced = os.environ.get("SPECEE_PROMPT_BATCH", "")
     return min(int(forced) if forced.isdigit() and int(forced) > 0 else 512, n_ctx)
 
