@@ -118,12 +118,16 @@ SPLIT_BY_THREAD = Knob("SPECEE_TEST_SPLIT_BY_THREAD", "flag", "on",
 ATTENTION_TILES = Knob("SPECEE_TEST_ATTENTION_TILES", "flag", "on",
                        "prompt batches' flash attention in tiles of query rows (the same bits as one pass per "
                        "row) in the worker; off to measure its worth", test=True)  # fmt: skip
+PROMPT_BATCH = Knob("SPECEE_TEST_PROMPT_BATCH", "text", "512 (llama.cpp's ubatch), never past the context",
+                    "prompt rows a llama_decode of the worker takes, n_batch and n_ubatch alike (`specee bench "
+                    "--long --modes vanilla:batch=N` sets it; a value that is not a positive number is ignored)",
+                    test=True)  # fmt: skip
 
 KNOBS: tuple[Knob, ...] = (
     DATA_DIR, CACHE_DIR, API_KEY, DEFAULT_MODEL_WHEEL, THEME,
     BACKEND, NATIVE_CACHE, PORTABLE, CMAKE_ARGS, SDIST,
     SIMULATED_LOAD, ALLOW_SOFTWARE_GPU, SHIPPED_ACCEL_DIR, CPU_REPACK, MULTICOL_KERNELS, SPLIT_BY_THREAD,
-    ATTENTION_TILES,
+    ATTENTION_TILES, PROMPT_BATCH,
 )  # fmt: skip
 
 

@@ -191,3 +191,38 @@ def test_idle_work_measures_vanilla_for_an_explicit_mode(
         assert core.step()
     (decided,) = out.take()
     assert isinstance(decided, p.AutoDecided) and decided.mode == p.Mode.NGRAM and decided.measured_tok_s["vanilla"] > 0
+
+
+def test_a_long_prompts_threads_follow_the_machine_while_it_is_read(core: WorkerCore, out: Recorder, model_path: Path) -> None:
+    """Issue 46: the threads a prompt was read with were the count the previous answer ended on (they
+    follow the machine only between generated tokens), so a long prompt after a busy spell was read
+    on one of two cores for a minute on a machine now quiet. They follow it between batches too."""
+    from engine.worker.threads import CpuSample, ThreadGovernor
+
+    core.handle(load(model_path, placement=p.Placement(n_ctx=2048)))
+    out.take()
+    session = core.session
+    assert session is not None
+    others = {"cores": 1.5}  # a neighbour keeps one of two cores busy
+    clock = {"t": 0.0}
+
+    def sample() -> CpuSample:  # each reading one second after the one before
+        clock["t"] += 1.0
+        return CpuSample(clock["t"], clock["t"] * others["cores"], 0.0)
+
+    def apply(n: int) -> None:
+        session._set_threads(n)
+        out(p.Notice("", "threads", str(n)))  # where in the events the count changed
+
+    session._governor = ThreadGovernor(apply, 2, sample=sample, interval_s=0.0, clock=lambda: clock["t"] + 1.0)
+    core.handle(p.Generate("busy", QUESTION, p.Sampling.greedy(4)))
+    assert session._threads_now == 1  # the answer ended beside the neighbour
+    out.take()
+    others["cores"] = 0.0  # it went away: the next prompt, ~1,300 tokens, three batches of 512
+    long = " ".join(f"Item {i}: the ferry from harbour {i % 9} left with {i * 3} passengers." for i in range(90))
+    core.handle(p.Generate("long", [{"role": "user", "content": long}], p.Sampling.greedy(2)))
+    events = out.take()
+    kinds = [("threads " + e.message) if isinstance(e, p.Notice) else type(e).__name__ for e in events]
+    read = [i for i, e in enumerate(events) if isinstance(e, p.PromptProgress) and e.n_done]
+    assert len(read) >= 2 and "threads 2" in kinds, kinds
+    assert kinds.index("threads 2") < read[-1], f"the whole prompt was read on one thread: {kinds}"

@@ -28,6 +28,7 @@ class PeerResult:
     prefill_tok_s: float
     ttft_ms: float
     stopped: bool  # ended on an end-of-generation token, not on n_predict
+    n_prompt_read: int = 0  # prompt tokens it read for this request (not taken from its cache)
 
 
 class PeerServer:
@@ -52,14 +53,15 @@ class PeerServer:
         self.stop()
         raise PeerError(f"llama-server did not become ready in 300 s; see {log}")
 
-    def complete(self, prompt: list[int], n_predict: int) -> PeerResult:
-        body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "cache_prompt": True,
+    def complete(self, prompt: list[int], n_predict: int, cache_prompt: bool = True, timeout: float = 600) -> PeerResult:
+        """cache_prompt False: the whole prompt is read again (a cold prefill, as a new document's)."""
+        body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "cache_prompt": cache_prompt,
                 "return_tokens": True, "stream": False}  # fmt: skip
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
         try:
-            with urllib.request.urlopen(req, timeout=600) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 out = json.loads(r.read())
         except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
             raise PeerError(f"llama-server request failed: {exc}") from exc
@@ -70,6 +72,7 @@ class PeerServer:
             float(t.get("prompt_per_second", 0.0)),
             float(t.get("prompt_ms", 0.0)),
             bool(out.get("stopped_eos", False)),
+            int(t.get("prompt_n", 0)),
         )
 
     def stop(self) -> None:

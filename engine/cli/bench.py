@@ -26,6 +26,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.json:
             write_text_atomic(Path(args.json), json.dumps(data, indent=1))
         return 0
+    if args.long:
+        return _long(args)
     prompts = load_prompts(args.prompts)
     if args.limit:
         prompts = prompts[: args.limit]
@@ -57,6 +59,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report = {**report, "with_busy_neighbour": busy}
     if args.json:
         write_report(report, args.json)
+        print(f"report written to {args.json}", file=sys.stderr)
+    return 0
+
+
+def _long(args: argparse.Namespace) -> int:
+    """`specee bench --long`: long documents read cold, ours beside plain llama-server (engine/bench/long_prompts.py)."""
+    from engine.bench.long_prompts import LONG_SIDES, print_long, run_long
+
+    sides = [m.strip() for m in (args.modes if args.modes != "vanilla" else LONG_SIDES).split(",") if m.strip()]
+    lengths = None
+    if args.long_lengths:
+        try:
+            lengths = [int(n) for n in args.long_lengths.split(",")]
+        except ValueError:
+            print(f"specee bench: --long-lengths takes token counts like 1024,4096, got {args.long_lengths!r}", file=sys.stderr)
+            return 2
+        if any(n < 32 for n in lengths):
+            print("specee bench: --long-lengths: a document needs 32 tokens at least (template, question)", file=sys.stderr)
+            return 2
+    report = run_long(resolve_model(args.model), sides, lengths, args.repeat, args.threads, _peer_server(args, sides),
+                      warmup=args.warmup > 0)  # fmt: skip
+    print_long(report)
+    if args.json:
+        from engine.atomic import write_text_atomic
+
+        write_text_atomic(Path(args.json), json.dumps(report, indent=1))
         print(f"report written to {args.json}", file=sys.stderr)
     return 0
 
@@ -101,6 +129,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--peer-server", help="llama-server binary for peer modes (default: built by native/build.py --server)")
     bench.add_argument("--upstream-python", help="interpreter with plain upstream llama-cpp-python (for mode 'upstream')")
     bench.add_argument("--cost-curve", action="store_true", help="instead: the cost of one decode call of n rows, and the floor")
+    bench.add_argument("--long", action="store_true",
+                       help="instead: time to the first token of long documents (1k, 4k, 16k tokens, or up to the model's "
+                            "context less 1k) read cold, ours beside plain llama-server; --modes then names the sides: "
+                            "vanilla[:threads=N][+batch=N], serve[:parallel=N][+threads=N][+batch=N], peer[:LLAMA-SERVER FLAGS] "
+                            "(default: vanilla,peer); --repeat: documents per length and side")  # fmt: skip
+    bench.add_argument("--long-lengths", help="with --long: these prompt lengths in tokens instead, e.g. 1024,4096")
     bench.add_argument("--hog", action="store_true", help="run again beside a busy-loop process: slowdown per mode")
     bench.add_argument("--json", help="write the full report here")
     bench.set_defaults(func=cmd_bench)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from engine import knobs
 from engine import protocol as p
 from engine.hardware import physical_cores
 from engine.kept_caches import kv_states_root
@@ -52,6 +53,14 @@ NATIVE_STEP_US = 20_000
 SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
 
 
+def prompt_batch(n_ctx: int) -> int:
+    """Prompt rows a llama_decode takes (llama.cpp's n_batch and n_ubatch alike): 512, as llama.cpp's
+    ubatch; SPECEE_TEST_PROMPT_BATCH=N sets it (measurements: `specee bench --long --modes vanilla:batch=N`).
+    2048 was not shown to read a long prompt faster (issue 46, docs/measurements.md)."""
+    forced = knobs.PROMPT_BATCH.text() or ""
+    return min(int(forced) if forced.isdigit() and int(forced) > 0 else 512, n_ctx)
+
+
 class EngineSession:
     """A model in memory, for a Load that passed Load.validate(). Not thread-safe: the worker drives
     it from one thread. (A conversation is engine.chats.session.ChatSession, on the frontend's side.)"""
@@ -83,7 +92,8 @@ class EngineSession:
             self.llm = Target.load(
                 Path(load.model_path),
                 n_ctx=n_cells,
-                n_batch=min(512, placement.n_ctx),
+                n_batch=prompt_batch(placement.n_ctx),
+                n_ubatch=prompt_batch(placement.n_ctx),
                 n_threads=self.n_threads,
                 n_threads_batch=self.n_threads,
                 n_gpu_layers=placement.n_gpu_layers,
@@ -433,9 +443,19 @@ class EngineSession:
         )  # fmt: skip
         # logprobs and margins read the logits each token came from: one token a call then
         step_us = 0 if req.logprobs or req.report_margins else NATIVE_STEP_US
+
         # PromptProgress after each batch of a long prompt; on a GPU only as it starts (the prompt is
         # read in one call there: a whole prefill's chunks must stay the same, see above)
-        progress = answer.read if self.placement.n_gpu_layers == 0 else None
+        def batch_read(n_done: int) -> None:
+            answer.read(n_done)
+            if governor is not None:
+                # between batches too: a long prompt is read for up to minutes, and with only the
+                # count the previous answer ended on it was read on one of two cores after a busy
+                # spell (or on two beside a neighbour, each barrier stalled) (issue 46)
+                threads_used.clear()  # the answer's speed is measured from its first token
+                threads_used.add(governor.tick())
+
+        progress = batch_read if self.placement.n_gpu_layers == 0 else None
         if vanilla is not None:
             gen = vanilla.stream(tokens, s, Grammar.of(req), step_us=step_us, progress=progress)
         else:
