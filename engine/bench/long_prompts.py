@@ -142,17 +142,17 @@ class ServeSide:
         self.name = name
         args = ["--ctx", str(n_ctx), "--threads", str(n_threads)] + (["--parallel", str(parallel)] if parallel else [])
         self._cache = tempfile.TemporaryDirectory(prefix="specee-long-serve-")
-        before = os.environ.get("SPECEE_CACHE_DIR")
-        os.environ["SPECEE_CACHE_DIR"] = self._cache.name  # no kept conversation from an earlier run answers
+        before = os.environ.get(knobs.CACHE_DIR.name)
+        os.environ[knobs.CACHE_DIR.name] = self._cache.name  # no kept conversation from an earlier run answers
         try:
             self.server = ServerProcess(model=model, mode="vanilla", extra_args=args)
             with _prompt_batch(batch):
                 self.server.start()
         finally:
             if before is None:
-                os.environ.pop("SPECEE_CACHE_DIR", None)
+                os.environ.pop(knobs.CACHE_DIR.name, None)
             else:
-                os.environ["SPECEE_CACHE_DIR"] = before
+                os.environ[knobs.CACHE_DIR.name] = before
         self.about = f"specee serve --mode vanilla {' '.join(args)}" + (f", prompt batch {batch}" if batch else "")
         with urllib.request.urlopen(f"{self.server.url}/v1/models", timeout=30) as r:
             self._model_id = json.load(r)["data"][0]["id"]
