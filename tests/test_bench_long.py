@@ -90,7 +90,7 @@ def test_unknown_sides_are_refused_before_anything_runs(model_path: Path) -> Non
 
 def test_a_sides_options_and_the_prompt_batch_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.bench.long_prompts import parse_options
-    from engine.worker.session import prompt_batch
+    from engine.llm.load import prompt_batch
 
     assert parse_options("serve:parallel=1+threads=2+batch=2048") == ("serve", {"parallel": "1", "threads": "2", "batch": "2048"})
     assert parse_options("vanilla:batch=2048") == ("vanilla", {"batch": "2048"})

@@ -40,3 +40,15 @@ def test_no_import_hides_from_the_contracts() -> None:
         if (lines := _dynamic_imports(path))
     }
     assert set(found) <= {"engine/cli/train.py"}, found
+
+
+def test_no_module_of_the_app_or_the_engine_grows_past_500_lines() -> None:
+    """Small modules whose names say what they hold (issue 47): a file past 500 lines holds more than
+    one idea; split it (engine/worker/session.py reached 504 with a helper that belonged to loading)."""
+    long = {
+        str(f.relative_to(ROOT)): n
+        for folder in ("app", "engine")
+        for f in sorted((ROOT / folder).rglob("*.py"))
+        if (n := len(f.read_text().splitlines())) > 500
+    }
+    assert long == {}, f"split these modules: {long}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine import knobs
 from engine.llm.target import Target
 
 
@@ -45,3 +46,11 @@ def capture_head_layers(llm: Target, layers: list[int]) -> None:
     lib = native.lib()
     for layer in layers:
         lib.specee_capture_layer_input(llm.ctx, layer, True)
+
+
+def prompt_batch(n_ctx: int) -> int:
+    """Prompt rows a llama_decode takes (llama.cpp's n_batch and n_ubatch alike): 512, as llama.cpp's
+    ubatch; SPECEE_TEST_PROMPT_BATCH=N sets it (measurements: `specee bench --long --modes vanilla:batch=N`).
+    2048 was not shown to read a long prompt faster (issue 46, docs/measurements.md)."""
+    forced = knobs.PROMPT_BATCH.text() or ""
+    return min(int(forced) if forced.isdigit() and int(forced) > 0 else 512, n_ctx)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import llama_cpp
 
-from engine import knobs
 from engine import protocol as p
 from engine.hardware import physical_cores
 from engine.kept_caches import kv_states_root
@@ -23,7 +22,7 @@ from engine.llm.batched import BatchedVanilla, Slot
 from engine.llm.chat_prompt import ChatPrompt
 from engine.llm.decoders import Decoder, Grammar, VanillaDecoder, greedy_alone, make_sampler
 from engine.llm.kv_states import MIN_GAIN_TOKENS, KvStates, folder_key
-from engine.llm.load import flash_attention
+from engine.llm.load import flash_attention, prompt_batch
 from engine.llm.target import Target
 from engine.models.acceleration import model_sha256
 from engine.models.gguf_file import inspect_gguf
@@ -51,14 +50,6 @@ TOKEN_EMIT_S = 0.03
 # string waits out at most that much more decoding.
 NATIVE_STEP_US = 20_000
 SHOW_RATIO_AFTER = 8  # decoded tokens before Stats.vs_vanilla is worth showing
-
-
-def prompt_batch(n_ctx: int) -> int:
-    """Prompt rows a llama_decode takes (llama.cpp's n_batch and n_ubatch alike): 512, as llama.cpp's
-    ubatch; SPECEE_TEST_PROMPT_BATCH=N sets it (measurements: `specee bench --long --modes vanilla:batch=N`).
-    2048 was not shown to read a long prompt faster (issue 46, docs/measurements.md)."""
-    forced = knobs.PROMPT_BATCH.text() or ""
-    return min(int(forced) if forced.isdigit() and int(forced) > 0 else 512, n_ctx)
 
 
 class EngineSession:
