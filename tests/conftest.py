@@ -59,7 +59,8 @@ from tests.remote_servers import MemoryKeyring, build_llama_server, running_llam
 # in a fresh venv) they cannot even be collected, and each of their tests needs the build anyway.
 NATIVE_BUILT = importlib.util.find_spec("llama_cpp") is not None
 IN_PROCESS_ENGINE_MODULES = [
-    "test_architectures.py", "test_batch_invariance.py", "test_specee_engine.py", "test_target.py", "test_teacher.py",
+    "test_architectures.py", "test_batch_invariance.py", "test_bench_long.py", "test_specee_engine.py", "test_target.py",
+    "test_teacher.py",
     "test_worker_core.py",
 ]  # fmt: skip
 collect_ignore = [] if NATIVE_BUILT else IN_PROCESS_ENGINE_MODULES
