@@ -204,6 +204,26 @@ INLINE void q5_0_body(int n, float * s, const void * vx, const void * const * vy
     signed32_body(n, s, vx, vy, ys, nc, q5_0_scale, q5_0_quants);
 }
 
+INLINE void unpack_scales_mins(const uint8_t * p, uint32_t u[4]) {
+    memcpy(u, p, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t u1 = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = u1;
+    u[0] &= 0x3f3f3f3f;
+}
+
+// A block_q4_K's / block_q5_K's 8 six-bit scales and 8 six-bit mins (12 packed bytes) as int16:
+// the scales in both 128-bit halves (returned), the mins in *mins (ggml's AVX2 q4_K/q5_K unpack)
+INLINE __m256i k_scales_mins(const uint8_t * packed, __m128i * mins) {
+    uint32_t u[4];
+    unpack_scales_mins(packed, u);
+    const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int) u[3], (int) u[2], (int) u[1], (int) u[0]));
+    *mins = _mm256_extracti128_si256(mins_and_scales, 1);
+    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+    return _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+}
+
 INLINE void q4_K_body(int n, float * s, const void * vx, const void * const * vy, const float * ys, const int nc) {
     (void) ys;  // block_q8_K's scale is a float already
     const block_q4_K * x = vx;
@@ -219,18 +239,8 @@ INLINE void q4_K_body(int n, float * s, const void * vx, const void * const * vy
     for (int i = 0; i < n / QK_K; ++i) {
         const float xd = F16(x[i].d);
         const float xmin = F16(x[i].dmin);
-        // 8 six-bit scales and 8 six-bit mins packed in 12 bytes -> 16 bytes
-        uint32_t u[4];
-        memcpy(u, x[i].scales, 12);
-        u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-        const uint32_t u1 = u[1] & 0x3f3f3f3f;
-        u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-        u[2] = u1;
-        u[0] &= 0x3f3f3f3f;
-        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int) u[3], (int) u[2], (int) u[1], (int) u[0]));
-        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
-        const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
-        const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+        __m128i mins;
+        const __m256i scales = k_scales_mins(x[i].scales, &mins);
 
         __m256i sumi[MAXC];
         for (int c = 0; c < nc; ++c) {
@@ -283,17 +293,8 @@ INLINE void q5_K_body(int n, float * s, const void * vx, const void * const * vy
     for (int i = 0; i < n / QK_K; ++i) {
         const float xd = F16(x[i].d);
         const float xmin = F16(x[i].dmin);
-        uint32_t u[4];
-        memcpy(u, x[i].scales, 12);
-        u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-        const uint32_t u1 = u[1] & 0x3f3f3f3f;
-        u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-        u[2] = u1;
-        u[0] &= 0x3f3f3f3f;
-        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int) u[3], (int) u[2], (int) u[1], (int) u[0]));
-        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
-        const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
-        const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+        __m128i mins;
+        const __m256i scales = k_scales_mins(x[i].scales, &mins);
         __m256i sumi[MAXC];
         for (int c = 0; c < nc; ++c) {
             // the mins' part: an exact integer times -y.d * dmin, added as a float per block (ggml's summs)
@@ -479,15 +480,6 @@ typedef struct {
     uint8_t scales[96];
     uint8_t qs[1024];
 } q4_Kx8;
-
-INLINE void unpack_scales_mins(const uint8_t * p, uint32_t u[4]) {
-    memcpy(u, p, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-    const uint32_t u1 = u[1] & 0x3f3f3f3f;
-    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-    u[2] = u1;
-    u[0] &= 0x3f3f3f3f;
-}
 
 #    if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
         defined(__AVX512VNNI__)
