@@ -527,20 +527,21 @@ def converter_path() -> Path:
     return script
 
 
-def build_kernel_bench() -> Path:
-    """Compile src/tools/kernel-bench.c against the installed build's ggml libraries (the kernels
-    the worker runs) into the cache; returns the program's path."""
+def build_tool(name: str) -> Path:
+    """Compile src/tools/<name>.c (kernel-bench: the small-batch matmul kernels; fa-bench: the
+    attention rows) against the installed build's ggml libraries (the kernels the worker runs) into
+    the cache; returns the program's path."""
     import llama_cpp
 
     root = cache_root()
     include = extract_pristine(root, fetch_sdist(root)) / "vendor" / "llama.cpp" / "ggml" / "include"
     lib = Path(llama_cpp.__file__).parent / "lib"
-    out = root / "kernel-bench"
-    cmd = [os.environ.get("CC", "cc"), "-O2", str(SOURCE_DIR / "tools" / "kernel-bench.c"), f"-I{include}", f"-L{lib}",
-           "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-lm", "-o", str(out)]  # fmt: skip
+    out = root / name
+    cmd = [os.environ.get("CC", "cc"), "-O2", "-Wno-deprecated-declarations", str(SOURCE_DIR / "tools" / f"{name}.c"),
+           f"-I{include}", f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-lm", "-o", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise BuildError("kernel-bench", done.stderr.strip()[-2000:], "install a C compiler and run native/build.py first")
+        raise BuildError(name, done.stderr.strip()[-2000:], "install a C compiler and run native/build.py first")
     return out
 
 
@@ -553,10 +554,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", action="store_true", help="build upstream llama-server (the bench's peer) and print its path")
     parser.add_argument("--converter", action="store_true", help="print the path of llama.cpp's HF -> GGUF converter")
     parser.add_argument("--kernel-bench", action="store_true", help="build the small-batch kernel benchmark")
+    parser.add_argument("--fa-bench", action="store_true", help="build the attention-rows benchmark")
     args = parser.parse_args(argv)
     try:
-        if args.kernel_bench:
-            print(build_kernel_bench())
+        if args.kernel_bench or args.fa_bench:
+            print(build_tool("kernel-bench" if args.kernel_bench else "fa-bench"))
             return 0
         if args.print_key:
             print(make_recipe(args.upstream).key)

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace {
 
@@ -180,6 +181,179 @@ void updates_avx512(int64_t DV, int64_t ic0, int64_t ncell, const char * v_block
         }
     }
 }
+
+// ---- the f32 row: what every F16-K/V row without ALiBi, softcap or sinks computes (AVX-512) ----
+//
+// ggml's one pass keeps a row's V accumulator in fp16 and its softmax online cell by cell: a scalar
+// exp, a branch and a convert-fma-convert of the whole accumulator per cell and row, three quarters
+// of a long prompt's time here. This row is defined over fixed blocks of 64 KV cells counted from
+// cell 0, in f32:
+//   s[c]  = KQ[c]*scale + mask[c]                 (KQ: ggml_vec_dot_f16, as before)
+//   M'    = max(M, max over the block's visible s[c])
+//   O, S *= expf(M - M')                          (only when M' > M; nothing yet when M is -inf)
+//   p[c]  = exp(s[c] - M') (ggml_v_expf), 0 where the mask hides the cell
+//   S    += the block's sum of p, a fixed tree over its 4 x 16 lanes
+//   O[d]  = fma(p[c], V[c][d], O[d]) for c ascending
+// then out = O * (1/S). Every operation is elementwise or a reduction in a fixed order over the
+// block, so a row's bits depend on its own Q, mask and the cache, never on the tile, the batch, the
+// lanes or the thread: a decode is the same row (tests/test_batch_invariance.py). A hidden cell
+// adds fma(0, V, O) = O (the cache's V are finite), so whether a block is cut short at the end of
+// the cache or masked does not matter either. The values differ from ggml's fp16 accumulation only
+// by rounding (f32 is the more exact of the two).
+constexpr int64_t F32_BLOCK = 64;
+
+// One row's block: its scores (KQ[c*kq_stride]) to probabilities p[0..64), its max M, sum S and
+// accumulator O updated as above; false when the mask hides every cell of the block from the row.
+inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t kq_stride, const ggml_fp16_t * mask,
+                          float scale, float & M, float & S, float * O, float * p) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
+    __m512 s[4];
+    __mmask16 seen[4];
+    for (int q = 0; q < 4; ++q) {
+        const int64_t left = std::clamp<int64_t>(ncell - 16*q, 0, 16);
+        const __mmask16 in = left == 16 ? (__mmask16) 0xFFFF : (__mmask16) ((1u << left) - 1);
+        const __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16*q)), _mm512_set1_epi32((int) kq_stride));
+        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, idx, kq, 4);
+        const __m512 mv = mask ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, mask + 16*q)) : _mm512_setzero_ps();
+        seen[q] = _mm512_mask_cmp_ps_mask(in, mv, minus_inf, _CMP_NEQ_OQ);
+        s[q] = _mm512_mask_blend_ps(seen[q], minus_inf, _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(scale)), mv));
+    }
+    if ((seen[0] | seen[1] | seen[2] | seen[3]) == 0) {
+        return false;
+    }
+    const float mb = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
+    const float Mn = std::max(M, mb);
+    __m512 pv[4];
+    for (int q = 0; q < 4; ++q) {
+        pv[q] = _mm512_maskz_mov_ps(seen[q], ggml_v_expf(_mm512_sub_ps(s[q], _mm512_set1_ps(Mn))));
+        _mm512_storeu_ps(p + 16*q, pv[q]);
+    }
+    const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(pv[0], pv[1]), _mm512_add_ps(pv[2], pv[3])));
+    if (M != -INFINITY && Mn > M) {
+        const float f = expf(M - Mn);
+        const __m512 fv = _mm512_set1_ps(f);
+        for (int64_t d = 0; d < DV; d += 16) {
+            _mm512_storeu_ps(O + d, _mm512_mul_ps(_mm512_loadu_ps(O + d), fv));
+        }
+        S *= f;
+    }
+    S += sum;
+    M = Mn;
+    return true;
+}
+
+// O[r][d] = fma(p[r][c], V[c][d], O[r][d]) over the block's cells in order, for R rows at a time (V
+// loaded once for them): each row's fma chain is the same whatever R.
+template <int R>
+inline void pv_rows(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O) {
+    for (int64_t d = 0; d < DV; d += 64) {
+        __m512 acc[R][4];
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                acc[r][j] = _mm512_loadu_ps(O[r] + d + 16*j);
+            }
+        }
+        for (int64_t c = 0; c < ncell; ++c) {
+            const float * vc = Vf + c*DV + d;
+            const __m512 v0 = _mm512_loadu_ps(vc);
+            const __m512 v1 = _mm512_loadu_ps(vc + 16);
+            const __m512 v2 = _mm512_loadu_ps(vc + 32);
+            const __m512 v3 = _mm512_loadu_ps(vc + 48);
+            for (int r = 0; r < R; ++r) {
+                const __m512 pb = _mm512_set1_ps(p[r][c]);
+                acc[r][0] = _mm512_fmadd_ps(pb, v0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(pb, v1, acc[r][1]);
+                acc[r][2] = _mm512_fmadd_ps(pb, v2, acc[r][2]);
+                acc[r][3] = _mm512_fmadd_ps(pb, v3, acc[r][3]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                _mm512_storeu_ps(O[r] + d + 16*j, acc[r][j]);
+            }
+        }
+    }
+}
+
+void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        pv_rows<4>(DV, ncell, Vf, p + i, O + i);
+    }
+    switch (n - i) {
+        case 3: pv_rows<3>(DV, ncell, Vf, p + i, O + i); break;
+        case 2: pv_rows<2>(DV, ncell, Vf, p + i, O + i); break;
+        case 1: pv_rows<1>(DV, ncell, Vf, p + i, O + i); break;
+        default: break;
+    }
+}
+
+// Whether the mask shows the row any of the block's cells (fp16 -inf is 0xFC00).
+inline bool block_visible(const ggml_fp16_t * mask, int64_t ncell) {
+    if (mask == nullptr) {
+        return true;
+    }
+    const __m512i hidden = _mm512_set1_epi16((short) 0xFC00);
+    for (int64_t c = 0; c < ncell; c += 32) {
+        const __mmask32 in = ncell - c >= 32 ? (__mmask32) 0xFFFFFFFF : (__mmask32) ((1u << (ncell - c)) - 1);
+        if (_mm512_mask_cmpneq_epi16_mask(in, _mm512_maskz_loadu_epi16(in, mask + c), hidden) != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// One tile's rows over all KV cells (k_head/v_head: the tile's KV head at cell 0), block by block;
+// leaves each row's O32, M and S. QT: the rows transposed for dots_avx512 (nullptr: one vec_dot a
+// cell and row, the same values).
+void f32_tile(int64_t DK, int64_t DV, int64_t n_kv, int64_t nr, const char * k_head, size_t nbk1, const char * v_head,
+              size_t nbv1, const float * QT, const ggml_fp16_t * Q_q, const ggml_fp16_t * const * mp_row, float scale,
+              ggml_vec_dot_t kq_vec_dot, float * Kf, float * KQ, float * Vf, float * P, float * O32, float * M_row,
+              float * S_row) {
+    std::memset(O32, 0, nr*DV*sizeof(float));
+    bool visible[MAX_ROWS];
+    const float * pa[MAX_ROWS];
+    float * oa[MAX_ROWS];
+    for (int64_t ic0 = 0; ic0 < n_kv; ic0 += F32_BLOCK) {
+        const int64_t ncell = std::min(F32_BLOCK, n_kv - ic0);
+        bool any = false;
+        for (int64_t r = 0; r < nr; ++r) {
+            visible[r] = block_visible(mp_row[r] ? mp_row[r] + ic0 : nullptr, ncell);
+            any = any || visible[r];
+        }
+        if (!any) {
+            continue;
+        }
+        const char * k_block = k_head + ic0*nbk1;
+        const char * v_block = v_head + ic0*nbv1;
+        if (QT != nullptr && nr >= MIN_LANES) {
+            dots_avx512(DK, ncell, k_block, nbk1, QT, nr, Kf, KQ, kq_vec_dot, Q_q);
+        } else {
+            for (int64_t c = 0; c < ncell; ++c) {
+                for (int64_t r = 0; r < nr; ++r) {
+                    kq_vec_dot(DK, KQ + c*MAX_ROWS + r, 0, k_block + c*nbk1, 0, Q_q + r*DK, 0, 1);
+                }
+            }
+        }
+        for (int64_t c = 0; c < ncell; ++c) {
+            const ggml_fp16_t * vc = (const ggml_fp16_t *) (v_block + c*nbv1);
+            for (int64_t d = 0; d < DV; d += 16) {
+                _mm512_storeu_ps(Vf + c*DV + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (vc + d))));
+            }
+        }
+        int64_t n = 0;
+        for (int64_t r = 0; r < nr; ++r) {
+            if (visible[r] && softmax_block(DV, ncell, KQ + r, MAX_ROWS, mp_row[r] ? mp_row[r] + ic0 : nullptr, scale,
+                                            M_row[r], S_row[r], O32 + r*DV, P + r*F32_BLOCK)) {
+                pa[n] = P + r*F32_BLOCK;
+                oa[n] = O32 + r*DV;
+                ++n;
+            }
+        }
+        pv_block(DV, ncell, Vf, pa, oa, n);
+    }
+}
 #else
 #define SPECEE_FA_AVX512 0
 #endif
@@ -282,6 +456,23 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
     float * KQ = Kf + GGML_FA_TILE_KV*DK;                                    // [cell][MAX_ROWS]
     const bool wide = DK % 64 == 0 && DV % 64 == 0 && DV <= MAX_DV && g_wide.load(std::memory_order_relaxed) &&
                       (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
+    // The f32 row (above) for every row of an op without ALiBi, softcap or sinks: decided by the op,
+    // never by the batch, so a decode and a prompt row take the same arithmetic.
+    const bool f32_rows = max_bias == 0.0f && logit_softcap == 0.0f && sinks == nullptr && DV % 64 == 0 &&
+                          (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
+    thread_local std::vector<float> f32_scratch;
+    float * O32 = nullptr;
+    float * P   = nullptr;
+    float * Vf  = nullptr;
+    if (f32_rows) {
+        const size_t need = (size_t) MAX_ROWS*DV + MAX_ROWS*F32_BLOCK + F32_BLOCK*DV;
+        if (f32_scratch.size() < need) {
+            f32_scratch.resize(need);
+        }
+        O32 = f32_scratch.data();
+        P   = O32 + MAX_ROWS*DV;
+        Vf  = P + MAX_ROWS*F32_BLOCK;
+    }
 #endif
 
     float               S_row[MAX_ROWS];
@@ -331,6 +522,23 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
         }
 #endif
 
+#if SPECEE_FA_AVX512
+        if (f32_rows) {
+            f32_tile(DK, DV, nek1, nr, (const char *) k->data + (ik2*nbk2 + ik3*nbk3), nbk1,
+                     (const char *) v->data + (iv2*nbv2 + iv3*nbv3), nbv1, wide ? QT : nullptr, Q_q, mp_row, scale,
+                     kq_vec_dot, Kf, KQ, Vf, P, O32, M_row, S_row);
+            for (int64_t r = 0; r < nr; ++r) {
+                const int64_t iq1 = p0 + r / heads;
+                const int64_t iq2 = ih0 + r % heads;
+                const float S_inv = S_row[r] == 0.0f ? 0.0f : 1.0f/S_row[r];
+                float * out = (float *) ((char *) dst->data + (iq3*ne2*ne1 + iq2 + iq1*ne1)*nb1);
+                for (int64_t d = 0; d < DV; ++d) {
+                    out[d] = O32[r*DV + d]*S_inv;
+                }
+            }
+            continue;
+        }
+#endif
         for (int64_t ic0 = 0; ic0 < nek1; ic0 += kv_block) {
             const int64_t ic1 = std::min(ic0 + kv_block, nek1);
 #if SPECEE_FA_AVX512
