@@ -537,8 +537,9 @@ def build_tool(name: str) -> Path:
     include = extract_pristine(root, fetch_sdist(root)) / "vendor" / "llama.cpp" / "ggml" / "include"
     lib = Path(llama_cpp.__file__).parent / "lib"
     out = root / name
-    cmd = [os.environ.get("CC", "cc"), "-O2", "-Wno-deprecated-declarations", str(SOURCE_DIR / "tools" / f"{name}.c"),
-           f"-I{include}", f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-lm", "-o", str(out)]  # fmt: skip
+    source = SOURCE_DIR / "tools" / f"{name}.c"
+    cmd = [os.environ.get("CC", "cc"), "-O2", "-Wno-deprecated-declarations", str(source), f"-I{include}", f"-L{lib}",
+           "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-lm", "-o", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise BuildError(name, done.stderr.strip()[-2000:], "install a C compiler and run native/build.py first")
