@@ -116,8 +116,9 @@ SPLIT_BY_THREAD = Knob("SPECEE_TEST_SPLIT_BY_THREAD", "flag", "on",
                        "one run of weight rows per thread for small batches (patch 0019) in the worker; off to "
                        "measure its worth", test=True)  # fmt: skip
 ATTENTION_TILES = Knob("SPECEE_TEST_ATTENTION_TILES", "flag", "on",
-                       "prompt batches' flash attention in tiles of query rows (the same bits as one pass per "
-                       "row) in the worker; off to measure its worth", test=True)  # fmt: skip
+                       "flash attention as our f32 rows in tiles of query rows (AVX-512, AVX2) in the worker; off: "
+                       "ggml's one pass per row with fp16 accumulators (other bits), to measure its worth",
+                       test=True)  # fmt: skip
 PROMPT_BATCH = Knob("SPECEE_TEST_PROMPT_BATCH", "text", "512 (llama.cpp's ubatch), never past the context",
                     "prompt rows a llama_decode of the worker takes, n_batch and n_ubatch alike (`specee bench "
                     "--long --modes vanilla:batch=N` sets it; a value that is not a positive number is ignored)",

@@ -1,23 +1,23 @@
-// Flash attention for prompt batches, tiled over query rows, every row bit-identical to one pass
+// Flash attention on the CPU in tiles of query rows, every row computed the same way in any batch
 // (compiled into ggml-cpu by patch 0009; ops.cpp calls it first, patch 0018).
 //
-// Patch 0018 keeps ggml-cpu's flash attention to one pass per query row over all its KV cells, so a
-// prompt row cached by prefill equals what a one-token decode computes. That pass reads each K/V
-// cell once per query row and per head: at 7k tokens a 512-row batch re-read megabytes of K/V per
-// row from L3. Here a tile of query rows (a few positions, times the query heads that share a KV head
-// under GQA) walks the KV cells in blocks small enough to stay in L1: each block is loaded once and
-// every row of the tile runs over it the very loop body of ggml's one-pass row (same vec_dot, same
-// online-softmax update, same fp16 V accumulation, cells in the same order, masked cells skipped
-// the same way), its running max, sum and accumulator carried from block to block. Blocking changes
-// where a row's state sits between cells, never an operation on it, so a row's output does not
-// depend on the tile, the batch or the thread it was computed in. Every F16-K/V row goes through
-// here, decodes included, so there is one compiled copy of the row's arithmetic.
+// Patch 0018 keeps a query row's attention independent of the batch it sits in, so a prompt row
+// cached by prefill equals what a one-token decode computes. ggml's way to that is one pass per row
+// over all its KV cells, which re-reads megabytes of K/V per row from L3 at 7k tokens. Here a tile of
+// query rows (a few positions, times the query heads that share a KV head under GQA) walks the KV
+// cells in blocks small enough to stay in L1: each block is loaded once and every row of the tile
+// advances over it. On AVX-512 and AVX2 each row is our f32 row (attn_f32_rows.h: a block-wise
+// online softmax with f32 accumulators, its bits fixed by the row alone); ops with ALiBi, softcap or
+// sinks, and other CPUs, run ggml's one-pass statements per row instead, blocking changing only
+// where a row's state sits between cells. Every F16-K/V row goes through here, decodes included, so
+// there is one compiled copy of the row's arithmetic.
 #include "flash_attn_rows.h"
 
 #include "common.h"
 #include "ggml-cpu.h"
 #include "ggml-impl.h"
 #include "vec.h"
+#include "attn_f32_rows.h"
 
 #include <algorithm>
 #include <atomic>
@@ -182,127 +182,12 @@ void updates_avx512(int64_t DV, int64_t ic0, int64_t ncell, const char * v_block
     }
 }
 
-// ---- the f32 row: what every F16-K/V row without ALiBi, softcap or sinks computes (AVX-512) ----
-//
-// ggml's one pass keeps a row's V accumulator in fp16 and its softmax online cell by cell: a scalar
-// exp, a branch and a convert-fma-convert of the whole accumulator per cell and row, three quarters
-// of a long prompt's time here. This row is defined over fixed blocks of 64 KV cells counted from
-// cell 0, in f32:
-//   s[c]  = KQ[c]*scale + mask[c]                 (KQ: ggml_vec_dot_f16, as before)
-//   M'    = max(M, max over the block's visible s[c])
-//   O, S *= expf(M - M')                          (only when M' > M; nothing yet when M is -inf)
-//   p[c]  = exp(s[c] - M') (ggml_v_expf), 0 where the mask hides the cell
-//   S    += the block's sum of p, a fixed tree over its 4 x 16 lanes
-//   O[d]  = fma(p[c], V[c][d], O[d]) for c ascending
-// then out = O * (1/S). Every operation is elementwise or a reduction in a fixed order over the
-// block, so a row's bits depend on its own Q, mask and the cache, never on the tile, the batch, the
-// lanes or the thread: a decode is the same row (tests/test_batch_invariance.py). A hidden cell
-// adds fma(0, V, O) = O (the cache's V are finite), so whether a block is cut short at the end of
-// the cache or masked does not matter either. The values differ from ggml's fp16 accumulation only
-// by rounding (f32 is the more exact of the two).
-constexpr int64_t F32_BLOCK = 64;
+#else
+#define SPECEE_FA_AVX512 0
+#endif
 
-// One row's block: its scores (KQ[c*kq_stride]) to probabilities p[0..64), its max M, sum S and
-// accumulator O updated as above; false when the mask hides every cell of the block from the row.
-inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t kq_stride, const ggml_fp16_t * mask,
-                          float scale, float & M, float & S, float * O, float * p) {
-    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
-    __m512 s[4];
-    __mmask16 seen[4];
-    for (int q = 0; q < 4; ++q) {
-        const int64_t left = std::clamp<int64_t>(ncell - 16*q, 0, 16);
-        const __mmask16 in = left == 16 ? (__mmask16) 0xFFFF : (__mmask16) ((1u << left) - 1);
-        const __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16*q)), _mm512_set1_epi32((int) kq_stride));
-        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, idx, kq, 4);
-        const __m512 mv = mask ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, mask + 16*q)) : _mm512_setzero_ps();
-        seen[q] = _mm512_mask_cmp_ps_mask(in, mv, minus_inf, _CMP_NEQ_OQ);
-        s[q] = _mm512_mask_blend_ps(seen[q], minus_inf, _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(scale)), mv));
-    }
-    if ((seen[0] | seen[1] | seen[2] | seen[3]) == 0) {
-        return false;
-    }
-    const float mb = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
-    const float Mn = std::max(M, mb);
-    __m512 pv[4];
-    for (int q = 0; q < 4; ++q) {
-        pv[q] = _mm512_maskz_mov_ps(seen[q], ggml_v_expf(_mm512_sub_ps(s[q], _mm512_set1_ps(Mn))));
-        _mm512_storeu_ps(p + 16*q, pv[q]);
-    }
-    const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(pv[0], pv[1]), _mm512_add_ps(pv[2], pv[3])));
-    if (M != -INFINITY && Mn > M) {
-        const float f = expf(M - Mn);
-        const __m512 fv = _mm512_set1_ps(f);
-        for (int64_t d = 0; d < DV; d += 16) {
-            _mm512_storeu_ps(O + d, _mm512_mul_ps(_mm512_loadu_ps(O + d), fv));
-        }
-        S *= f;
-    }
-    S += sum;
-    M = Mn;
-    return true;
-}
-
-// O[r][d] = fma(p[r][c], V[c][d], O[r][d]) over the block's cells in order, for R rows at a time (V
-// loaded once for them): each row's fma chain is the same whatever R.
-template <int R>
-inline void pv_rows(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O) {
-    for (int64_t d = 0; d < DV; d += 64) {
-        __m512 acc[R][4];
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) {
-                acc[r][j] = _mm512_loadu_ps(O[r] + d + 16*j);
-            }
-        }
-        for (int64_t c = 0; c < ncell; ++c) {
-            const float * vc = Vf + c*DV + d;
-            const __m512 v0 = _mm512_loadu_ps(vc);
-            const __m512 v1 = _mm512_loadu_ps(vc + 16);
-            const __m512 v2 = _mm512_loadu_ps(vc + 32);
-            const __m512 v3 = _mm512_loadu_ps(vc + 48);
-            for (int r = 0; r < R; ++r) {
-                const __m512 pb = _mm512_set1_ps(p[r][c]);
-                acc[r][0] = _mm512_fmadd_ps(pb, v0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(pb, v1, acc[r][1]);
-                acc[r][2] = _mm512_fmadd_ps(pb, v2, acc[r][2]);
-                acc[r][3] = _mm512_fmadd_ps(pb, v3, acc[r][3]);
-            }
-        }
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) {
-                _mm512_storeu_ps(O[r] + d + 16*j, acc[r][j]);
-            }
-        }
-    }
-}
-
-void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O, int64_t n) {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        pv_rows<4>(DV, ncell, Vf, p + i, O + i);
-    }
-    switch (n - i) {
-        case 3: pv_rows<3>(DV, ncell, Vf, p + i, O + i); break;
-        case 2: pv_rows<2>(DV, ncell, Vf, p + i, O + i); break;
-        case 1: pv_rows<1>(DV, ncell, Vf, p + i, O + i); break;
-        default: break;
-    }
-}
-
-// Whether the mask shows the row any of the block's cells (fp16 -inf is 0xFC00).
-inline bool block_visible(const ggml_fp16_t * mask, int64_t ncell) {
-    if (mask == nullptr) {
-        return true;
-    }
-    const __m512i hidden = _mm512_set1_epi16((short) 0xFC00);
-    for (int64_t c = 0; c < ncell; c += 32) {
-        const __mmask32 in = ncell - c >= 32 ? (__mmask32) 0xFFFFFFFF : (__mmask32) ((1u << (ncell - c)) - 1);
-        if (_mm512_mask_cmpneq_epi16_mask(in, _mm512_maskz_loadu_epi16(in, mask + c), hidden) != 0) {
-            return true;
-        }
-    }
-    return false;
-}
+#if SPECEE_FA_F32
+using namespace specee_attn;
 
 // One tile's rows over all KV cells (k_head/v_head: the tile's KV head at cell 0), block by block;
 // leaves each row's O32, M and S. QT: the rows transposed for dots_avx512 (nullptr: one vec_dot a
@@ -327,9 +212,12 @@ void f32_tile(int64_t DK, int64_t DV, int64_t n_kv, int64_t nr, const char * k_h
         }
         const char * k_block = k_head + ic0*nbk1;
         const char * v_block = v_head + ic0*nbv1;
+#if SPECEE_FA_AVX512
         if (QT != nullptr && nr >= MIN_LANES) {
             dots_avx512(DK, ncell, k_block, nbk1, QT, nr, Kf, KQ, kq_vec_dot, Q_q);
-        } else {
+        } else
+#endif
+        {
             for (int64_t c = 0; c < ncell; ++c) {
                 for (int64_t r = 0; r < nr; ++r) {
                     kq_vec_dot(DK, KQ + c*MAX_ROWS + r, 0, k_block + c*nbk1, 0, Q_q + r*DK, 0, 1);
@@ -337,10 +225,7 @@ void f32_tile(int64_t DK, int64_t DV, int64_t n_kv, int64_t nr, const char * k_h
             }
         }
         for (int64_t c = 0; c < ncell; ++c) {
-            const ggml_fp16_t * vc = (const ggml_fp16_t *) (v_block + c*nbv1);
-            for (int64_t d = 0; d < DV; d += 16) {
-                _mm512_storeu_ps(Vf + c*DV + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (vc + d))));
-            }
+            v_to_f32(DV, (const ggml_fp16_t *) (v_block + c*nbv1), Vf + c*DV);
         }
         int64_t n = 0;
         for (int64_t r = 0; r < nr; ++r) {
@@ -354,8 +239,6 @@ void f32_tile(int64_t DK, int64_t DV, int64_t n_kv, int64_t nr, const char * k_h
         pv_block(DV, ncell, Vf, pa, oa, n);
     }
 }
-#else
-#define SPECEE_FA_AVX512 0
 #endif
 
 }  // namespace
@@ -370,8 +253,8 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
     if (q->type != GGML_TYPE_F32 || k->type != GGML_TYPE_F16 || v->type != GGML_TYPE_F16) {
         return false;
     }
-    // tiles off (specee_fa_tiles_set): ggml's one-pass-per-row loop instead (same results; for
-    // measuring this kernel against it and for the tests that check they agree).
+    // tiles off (specee_fa_tiles_set): ggml's one-pass-per-row loop instead (fp16 accumulators; for
+    // measuring this kernel against it and for the tests that check they agree to rounding).
     if (!g_tiles.load(std::memory_order_relaxed)) {
         return false;
     }
@@ -456,23 +339,33 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
     float * KQ = Kf + GGML_FA_TILE_KV*DK;                                    // [cell][MAX_ROWS]
     const bool wide = DK % 64 == 0 && DV % 64 == 0 && DV <= MAX_DV && g_wide.load(std::memory_order_relaxed) &&
                       (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
-    // The f32 row (above) for every row of an op without ALiBi, softcap or sinks: decided by the op,
-    // never by the batch, so a decode and a prompt row take the same arithmetic.
-    const bool f32_rows = max_bias == 0.0f && logit_softcap == 0.0f && sinks == nullptr && DV % 64 == 0 &&
-                          (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
+#endif
+#if SPECEE_FA_F32
+    // The f32 row (attn_f32_rows.h) for every row of an op without ALiBi, softcap or sinks: decided by
+    // the op, never by the batch, so a decode and a prompt row take the same arithmetic.
+    const bool f32_rows = max_bias == 0.0f && logit_softcap == 0.0f && sinks == nullptr && dv_ok(DV);
     thread_local std::vector<float> f32_scratch;
     float * O32 = nullptr;
     float * P   = nullptr;
     float * Vf  = nullptr;
+    float * KQf = nullptr;
     if (f32_rows) {
-        const size_t need = (size_t) MAX_ROWS*DV + MAX_ROWS*F32_BLOCK + F32_BLOCK*DV;
+        const size_t need = (size_t) MAX_ROWS*DV + MAX_ROWS*F32_BLOCK + F32_BLOCK*DV + F32_BLOCK*MAX_ROWS;
         if (f32_scratch.size() < need) {
             f32_scratch.resize(need);
         }
         O32 = f32_scratch.data();
         P   = O32 + MAX_ROWS*DV;
         Vf  = P + MAX_ROWS*F32_BLOCK;
+        KQf = Vf + F32_BLOCK*DV;
     }
+#if SPECEE_FA_AVX512
+    const float * QT_f32 = wide ? QT : nullptr;
+    float * Kf_f32 = Kf;
+#else
+    const float * QT_f32 = nullptr;
+    float * Kf_f32 = nullptr;
+#endif
 #endif
 
     float               S_row[MAX_ROWS];
@@ -522,11 +415,11 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
         }
 #endif
 
-#if SPECEE_FA_AVX512
+#if SPECEE_FA_F32
         if (f32_rows) {
             f32_tile(DK, DV, nek1, nr, (const char *) k->data + (ik2*nbk2 + ik3*nbk3), nbk1,
-                     (const char *) v->data + (iv2*nbv2 + iv3*nbv3), nbv1, wide ? QT : nullptr, Q_q, mp_row, scale,
-                     kq_vec_dot, Kf, KQ, Vf, P, O32, M_row, S_row);
+                     (const char *) v->data + (iv2*nbv2 + iv3*nbv3), nbv1, QT_f32, Q_q, mp_row, scale, kq_vec_dot,
+                     Kf_f32, KQf, Vf, P, O32, M_row, S_row);
             for (int64_t r = 0; r < nr; ++r) {
                 const int64_t iq1 = p0 + r / heads;
                 const int64_t iq2 = ih0 + r % heads;

@@ -1,5 +1,5 @@
-// Flash attention for prompt batches, tiled over query rows, each row bit-identical to ggml-cpu's
-// one pass per row (flash_attn_rows.cpp; ops.cpp calls it when SPECEE_FA_ROWS is defined).
+// Flash attention on the CPU, tiled over query rows, each row the same bits in any batch
+// (flash_attn_rows.cpp; ops.cpp calls it when SPECEE_FA_ROWS is defined).
 #pragma once
 
 #include "ggml-backend.h"
@@ -15,8 +15,8 @@ struct ggml_tensor;
 bool specee_flash_attn_rows(const struct ggml_compute_params * params, struct ggml_tensor * dst);
 
 // Exported from ggml-cpu for measurements and tests (the worker sets them at start from
-// engine/knobs.py; the kernels read no environment): tiles off runs ggml's one pass per row (the
-// same bits, slower); tile_rows (<= 64) and kv_block (<= 64) tune the tiles (0: the defaults), wide
+// engine/knobs.py; the kernels read no environment): tiles off runs ggml's one pass per row (fp16
+// accumulators: other bits, slower); tile_rows (<= 64) and kv_block (<= 64) tune the tiles (0: the defaults), wide
 // false keeps AVX-512 CPUs on the generic tiled loop.
 extern "C" {
 GGML_BACKEND_API void specee_fa_tiles_set(bool on);

@@ -1,7 +1,8 @@
 // flash_attn_ext alone on the installed ggml: our f32 rows in query-row tiles (native/src/kernels/
 // flash_attn_rows.cpp) against ggml's one pass per row (specee_fa_tiles_set(false)), interleaved, best of
 // REPS; prints each one's largest error against attention in double precision on three rows, their
-// largest difference, and whether every run of each gave the same bits (exit 1 where not).
+// largest difference, whether every run of each gave the same bits, and whether three rows computed
+// alone (as decodes are) give the bits they had in the batch (exit 1 where either is not so).
 // Built by native/build.py --fa-bench (tests/test_batch_invariance.py runs it).
 // usage: fa-bench N_BATCH POS THREADS REPS [DK N_HEAD N_HEAD_KV]   (defaults: the default model, 64 9 3)
 #include "ggml-cpu.h"
@@ -85,6 +86,24 @@ int main(int argc, char ** argv) {
             }
         }
     }
+    // a row alone (a decode: one query row, its own mask row) must give the bits it had in the batch
+    int alone_same = 1;
+    specee_fa_tiles_set(true);
+    for (int ri = 0; ri < 3; ++ri) {
+        int r = rows[ri];
+        struct ggml_tensor * q1 = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, DK, 1, NH, 1);
+        struct ggml_tensor * m1 = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, nkv, 1, 1, 1);
+        for (int h = 0; h < NH; ++h) memcpy((float *) q1->data + h * DK, (float *) q->data + (h * N + r) * DK, DK * sizeof(float));
+        memcpy(m1->data, (ggml_fp16_t *) m->data + (size_t) r * nkv, nkv * sizeof(ggml_fp16_t));
+        struct ggml_tensor * o1 = ggml_flash_attn_ext(ctx, q1, k, v, m1, 1.0f / sqrtf(DK), 0.0f, 0.0f);
+        ggml_flash_attn_ext_set_prec(o1, GGML_PREC_F32);
+        struct ggml_cgraph * g1 = ggml_new_graph(ctx);
+        ggml_build_forward_expand(g1, o1);
+        ggml_graph_compute_with_ctx(ctx, g1, th);
+        alone_same &= memcmp(o1->data, ref[1] + (size_t) r * NH * DK, NH * DK * sizeof(float)) == 0;
+    }
+    printf("rows alone: %s\n", alone_same ? "the same bits as in the batch" : "DIFFERENT FROM THE BATCH");
+    same &= alone_same;
     printf("largest error against double precision: per_row %.2e  tiles %.2e\n", err[0], err[1]);
     printf("N %d pos %d DK %d heads %d/%d threads %d: per_row %.3f s  tiles %.3f s  ratio %.2f  max diff %.2e (of %.2e)  %s\n",
            N, pos, DK, NH, NHKV, th, best[0], best[1], best[1] / best[0], max_diff, max_ref, same ? "repeatable" : "NOT REPEATABLE");

@@ -1,0 +1,280 @@
+// The f32 attention row (flash_attn_rows.cpp): what every F16-K/V row of an op without ALiBi, softcap
+// or sinks computes, decodes and prompt rows alike, on AVX-512 or AVX2 (SPECEE_FA_F32; other CPUs keep
+// ggml's one pass per row).
+//
+// ggml's one pass keeps a row's V accumulator in fp16 and its softmax online cell by cell: a scalar
+// exp, a branch and a convert-fma-convert of the whole accumulator per cell and row, three quarters
+// of a long prompt's time here. This row is defined over fixed blocks of 64 KV cells counted from
+// cell 0, in f32:
+//   s[c]  = KQ[c]*scale + mask[c]                 (KQ: ggml_vec_dot_f16, as before)
+//   M'    = max(M, max over the block's visible s[c])
+//   O, S *= expf(M - M')                          (only when M' > M; nothing yet when M is -inf)
+//   p[c]  = exp(s[c] - M') (ggml_v_expf), 0 where the mask hides the cell
+//   S    += the block's sum of p, a fixed tree over its lanes
+//   O[d]  = fma(p[c], V[c][d], O[d]) for c ascending
+// then out = O * (1/S). Every operation is elementwise or a reduction in a fixed order over the
+// block, so a row's bits depend on its own Q, mask and the cache, never on the tile, the batch, the
+// lanes or the thread: a decode is the same row (tests/test_batch_invariance.py). A hidden cell
+// adds fma(0, V, O) = O (the cache's V are finite), so whether a block is cut short at the end of
+// the cache or masked does not matter either. The values differ from ggml's fp16 accumulation only
+// by rounding (f32 is the more exact of the two).
+#pragma once
+
+#include "ggml-impl.h"
+#include "simd-mappings.h"
+#include "vec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace specee_attn {
+
+constexpr int64_t F32_BLOCK = 64;
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && !defined(__AVX512FP16__) && defined(__GNUC__)
+#define SPECEE_FA_F32 1
+
+// the V widths the accumulators cover: 64 at a time
+inline bool dv_ok(int64_t DV) { return DV % 64 == 0; }
+
+inline void v_to_f32(int64_t DV, const ggml_fp16_t * v, float * out) {
+    for (int64_t d = 0; d < DV; d += 16) {
+        _mm512_storeu_ps(out + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (v + d))));
+    }
+}
+
+// One row's block: its scores (KQ[c*kq_stride]) to probabilities p[0..64), its max M, sum S and
+// accumulator O updated as above; false when the mask hides every cell of the block from the row.
+inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t kq_stride, const ggml_fp16_t * mask,
+                          float scale, float & M, float & S, float * O, float * p) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
+    __m512 s[4];
+    __mmask16 seen[4];
+    for (int q = 0; q < 4; ++q) {
+        const int64_t left = std::clamp<int64_t>(ncell - 16*q, 0, 16);
+        const __mmask16 in = left == 16 ? (__mmask16) 0xFFFF : (__mmask16) ((1u << left) - 1);
+        const __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16*q)), _mm512_set1_epi32((int) kq_stride));
+        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, idx, kq, 4);
+        const __m512 mv = mask ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, mask + 16*q)) : _mm512_setzero_ps();
+        seen[q] = _mm512_mask_cmp_ps_mask(in, mv, minus_inf, _CMP_NEQ_OQ);
+        s[q] = _mm512_mask_blend_ps(seen[q], minus_inf, _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(scale)), mv));
+    }
+    if ((seen[0] | seen[1] | seen[2] | seen[3]) == 0) {
+        return false;
+    }
+    const float mb = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
+    const float Mn = std::max(M, mb);
+    __m512 pv[4];
+    for (int q = 0; q < 4; ++q) {
+        pv[q] = _mm512_maskz_mov_ps(seen[q], ggml_v_expf(_mm512_sub_ps(s[q], _mm512_set1_ps(Mn))));
+        _mm512_storeu_ps(p + 16*q, pv[q]);
+    }
+    const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(pv[0], pv[1]), _mm512_add_ps(pv[2], pv[3])));
+    if (M != -INFINITY && Mn > M) {
+        const float f = expf(M - Mn);
+        const __m512 fv = _mm512_set1_ps(f);
+        for (int64_t d = 0; d < DV; d += 16) {
+            _mm512_storeu_ps(O + d, _mm512_mul_ps(_mm512_loadu_ps(O + d), fv));
+        }
+        S *= f;
+    }
+    S += sum;
+    M = Mn;
+    return true;
+}
+
+// O[r][d] = fma(p[r][c], V[c][d], O[r][d]) over the block's cells in order, for R rows at a time (V
+// loaded once for them): each row's fma chain is the same whatever R.
+template <int R>
+inline void pv_rows(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O) {
+    for (int64_t d = 0; d < DV; d += 64) {
+        __m512 acc[R][4];
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                acc[r][j] = _mm512_loadu_ps(O[r] + d + 16*j);
+            }
+        }
+        for (int64_t c = 0; c < ncell; ++c) {
+            const float * vc = Vf + c*DV + d;
+            const __m512 v0 = _mm512_loadu_ps(vc);
+            const __m512 v1 = _mm512_loadu_ps(vc + 16);
+            const __m512 v2 = _mm512_loadu_ps(vc + 32);
+            const __m512 v3 = _mm512_loadu_ps(vc + 48);
+            for (int r = 0; r < R; ++r) {
+                const __m512 pb = _mm512_set1_ps(p[r][c]);
+                acc[r][0] = _mm512_fmadd_ps(pb, v0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(pb, v1, acc[r][1]);
+                acc[r][2] = _mm512_fmadd_ps(pb, v2, acc[r][2]);
+                acc[r][3] = _mm512_fmadd_ps(pb, v3, acc[r][3]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                _mm512_storeu_ps(O[r] + d + 16*j, acc[r][j]);
+            }
+        }
+    }
+}
+
+inline void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        pv_rows<4>(DV, ncell, Vf, p + i, O + i);
+    }
+    switch (n - i) {
+        case 3: pv_rows<3>(DV, ncell, Vf, p + i, O + i); break;
+        case 2: pv_rows<2>(DV, ncell, Vf, p + i, O + i); break;
+        case 1: pv_rows<1>(DV, ncell, Vf, p + i, O + i); break;
+        default: break;
+    }
+}
+
+// Whether the mask shows the row any of the block's cells (fp16 -inf is 0xFC00).
+inline bool block_visible(const ggml_fp16_t * mask, int64_t ncell) {
+    if (mask == nullptr) {
+        return true;
+    }
+    const __m512i hidden = _mm512_set1_epi16((short) 0xFC00);
+    for (int64_t c = 0; c < ncell; c += 32) {
+        const __mmask32 in = ncell - c >= 32 ? (__mmask32) 0xFFFFFFFF : (__mmask32) ((1u << (ncell - c)) - 1);
+        if (_mm512_mask_cmpneq_epi16_mask(in, _mm512_maskz_loadu_epi16(in, mask + c), hidden) != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__)
+#define SPECEE_FA_F32 1
+
+// the V widths the accumulators cover: 32 at a time (two rows' 8 accumulators in 16 registers)
+inline bool dv_ok(int64_t DV) { return DV % 32 == 0; }
+
+inline void v_to_f32(int64_t DV, const ggml_fp16_t * v, float * out) {
+    for (int64_t d = 0; d < DV; d += 8) {
+        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (v + d))));
+    }
+}
+
+inline float hmax8(__m256 x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+// lanes i + i+4, then the two halves' pairs, then the last two: one fixed tree
+inline float hsum8(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// One row's block: its scores (KQ[c*kq_stride]) to probabilities p[0..64), its max M, sum S and
+// accumulator O updated as above; false when the mask hides every cell of the block from the row.
+inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t kq_stride, const ggml_fp16_t * mask,
+                          float scale, float & M, float & S, float * O, float * p) {
+    alignas(32) float s[F32_BLOCK];
+    bool any = false;
+    for (int64_t c = 0; c < F32_BLOCK; ++c) {
+        const float mv = c >= ncell ? -INFINITY : mask ? GGML_CPU_FP16_TO_FP32(mask[c]) : 0.0f;
+        const bool seen = mv != -INFINITY;
+        s[c] = seen ? kq[c*kq_stride]*scale + mv : -INFINITY;
+        any = any || seen;
+    }
+    if (!any) {
+        return false;
+    }
+    const __m256 minus_inf = _mm256_set1_ps(-INFINITY);
+    __m256 mx = _mm256_load_ps(s);
+    for (int q = 1; q < 8; ++q) {
+        mx = _mm256_max_ps(mx, _mm256_load_ps(s + 8*q));
+    }
+    const float Mn = std::max(M, hmax8(mx));
+    __m256 pv[8];
+    for (int q = 0; q < 8; ++q) {
+        const __m256 sq = _mm256_load_ps(s + 8*q);
+        const __m256 seen = _mm256_cmp_ps(sq, minus_inf, _CMP_NEQ_OQ);
+        pv[q] = _mm256_and_ps(seen, ggml_v_expf(_mm256_sub_ps(sq, _mm256_set1_ps(Mn))));
+        _mm256_storeu_ps(p + 8*q, pv[q]);
+    }
+    const __m256 t0 = _mm256_add_ps(_mm256_add_ps(pv[0], pv[1]), _mm256_add_ps(pv[2], pv[3]));
+    const __m256 t1 = _mm256_add_ps(_mm256_add_ps(pv[4], pv[5]), _mm256_add_ps(pv[6], pv[7]));
+    const float sum = hsum8(_mm256_add_ps(t0, t1));
+    if (M != -INFINITY && Mn > M) {
+        const float f = expf(M - Mn);
+        const __m256 fv = _mm256_set1_ps(f);
+        for (int64_t d = 0; d < DV; d += 8) {
+            _mm256_storeu_ps(O + d, _mm256_mul_ps(_mm256_loadu_ps(O + d), fv));
+        }
+        S *= f;
+    }
+    S += sum;
+    M = Mn;
+    return true;
+}
+
+// O[r][d] = fma(p[r][c], V[c][d], O[r][d]) over the block's cells in order, for R rows at a time (V
+// loaded once for them): each row's fma chain is the same whatever R.
+template <int R>
+inline void pv_rows(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O) {
+    for (int64_t d = 0; d < DV; d += 32) {
+        __m256 acc[R][4];
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                acc[r][j] = _mm256_loadu_ps(O[r] + d + 8*j);
+            }
+        }
+        for (int64_t c = 0; c < ncell; ++c) {
+            const float * vc = Vf + c*DV + d;
+            const __m256 v0 = _mm256_loadu_ps(vc);
+            const __m256 v1 = _mm256_loadu_ps(vc + 8);
+            const __m256 v2 = _mm256_loadu_ps(vc + 16);
+            const __m256 v3 = _mm256_loadu_ps(vc + 24);
+            for (int r = 0; r < R; ++r) {
+                const __m256 pb = _mm256_broadcast_ss(p[r] + c);
+                acc[r][0] = _mm256_fmadd_ps(pb, v0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(pb, v1, acc[r][1]);
+                acc[r][2] = _mm256_fmadd_ps(pb, v2, acc[r][2]);
+                acc[r][3] = _mm256_fmadd_ps(pb, v3, acc[r][3]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                _mm256_storeu_ps(O[r] + d + 8*j, acc[r][j]);
+            }
+        }
+    }
+}
+
+inline void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O, int64_t n) {
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        pv_rows<2>(DV, ncell, Vf, p + i, O + i);
+    }
+    if (i < n) {
+        pv_rows<1>(DV, ncell, Vf, p + i, O + i);
+    }
+}
+
+// Whether the mask shows the row any of the block's cells (fp16 -inf is 0xFC00).
+inline bool block_visible(const ggml_fp16_t * mask, int64_t ncell) {
+    if (mask == nullptr) {
+        return true;
+    }
+    for (int64_t c = 0; c < ncell; ++c) {
+        if (mask[c] != 0xFC00) {
+            return true;
+        }
+    }
+    return false;
+}
+#else
+#define SPECEE_FA_F32 0
+#endif
+
+}  // namespace specee_attn
