@@ -54,9 +54,11 @@ std::atomic<int>  g_kv_block{64};
 // element serves 16 rows. Result: KQ[cell][row], bit for bit ggml_vec_dot_f16(n, K[cell], Q[row]).
 // A group of fewer rows than MIN_LANES (a decode's lone row) takes ggml's own vec_dot per row
 // instead: the same values, without 16 lanes' work for a few rows.
+#define SPECEE_FA_LANE_DOTS 1
+constexpr int64_t LANES = 16;
 constexpr int64_t MIN_LANES = 6;
 
-void dots_avx512(int64_t DK, int64_t ncell, const char * k_block, size_t nbk1, const float * QT, int64_t nr,
+void dots_lanes(int64_t DK, int64_t ncell, const char * k_block, size_t nbk1, const float * QT, int64_t nr,
                  float * Kf, float * KQ, ggml_vec_dot_t kq_vec_dot, const ggml_fp16_t * Q_q) {
     for (int64_t c = 0; c < ncell; ++c) {
         const ggml_fp16_t * kc = (const ggml_fp16_t *) (k_block + c*nbk1);
@@ -186,6 +188,64 @@ void updates_avx512(int64_t DV, int64_t ic0, int64_t ncell, const char * v_block
 #define SPECEE_FA_AVX512 0
 #endif
 
+#if !SPECEE_FA_AVX512 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__)
+// ggml_vec_dot_f16 on AVX2 (GGML_F32Cx8_*, F16_STEP 32, four accumulators of 8, fmadd) is, for one K
+// row x and one Q row y of length n (a multiple of 32): sum[j][l] = fma chain over the steps of
+// x[st*32+8j+l]*y[st*32+8j+l] from +0; a[l] = (sum[0][l]+sum[2][l]) + (sum[1][l]+sum[3][l]); then
+// GGML_F32x8_REDUCE's tail adds lane l to l+4 and hadds twice: ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)).
+// Here the same operations run with the lanes holding 8 query rows (QT[group][e][row]): KQ[cell][row],
+// bit for bit ggml_vec_dot_f16(n, K[cell], Q[row]); groups of fewer than MIN_LANES rows take ggml's own.
+#define SPECEE_FA_LANE_DOTS 1
+constexpr int64_t LANES = 8;
+constexpr int64_t MIN_LANES = 3;
+
+void dots_lanes(int64_t DK, int64_t ncell, const char * k_block, size_t nbk1, const float * QT, int64_t nr,
+                float * Kf, float * KQ, ggml_vec_dot_t kq_vec_dot, const ggml_fp16_t * Q_q) {
+    for (int64_t c = 0; c < ncell; ++c) {
+        const ggml_fp16_t * kc = (const ggml_fp16_t *) (k_block + c*nbk1);
+        for (int64_t e = 0; e < DK; e += 8) {
+            _mm256_storeu_ps(Kf + c*DK + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kc + e))));
+        }
+    }
+    for (int64_t g = 0; g*8 < nr; ++g) {
+        if (nr - g*8 < MIN_LANES) {
+            for (int64_t c = 0; c < ncell; ++c) {
+                for (int64_t r = g*8; r < nr; ++r) {
+                    kq_vec_dot(DK, KQ + c*MAX_ROWS + r, 0, k_block + c*nbk1, 0, Q_q + r*DK, 0, 1);
+                }
+            }
+            continue;
+        }
+        const float * qt = QT + g*8*DK;
+        for (int64_t c = 0; c < ncell; ++c) {
+            const float * kf = Kf + c*DK;
+            __m256 a[8];
+            for (int l = 0; l < 8; ++l) {
+                __m256 s0 = _mm256_setzero_ps();
+                __m256 s1 = _mm256_setzero_ps();
+                __m256 s2 = _mm256_setzero_ps();
+                __m256 s3 = _mm256_setzero_ps();
+                for (int64_t st = 0; st < DK; st += 32) {
+                    s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st +  0 + l), _mm256_loadu_ps(qt + (st +  0 + l)*8), s0);
+                    s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st +  8 + l), _mm256_loadu_ps(qt + (st +  8 + l)*8), s1);
+                    s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st + 16 + l), _mm256_loadu_ps(qt + (st + 16 + l)*8), s2);
+                    s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st + 24 + l), _mm256_loadu_ps(qt + (st + 24 + l)*8), s3);
+                }
+                a[l] = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+            }
+            const __m256 t0 = _mm256_add_ps(a[0], a[4]);
+            const __m256 t1 = _mm256_add_ps(a[1], a[5]);
+            const __m256 t2 = _mm256_add_ps(a[2], a[6]);
+            const __m256 t3 = _mm256_add_ps(a[3], a[7]);
+            _mm256_storeu_ps(KQ + c*MAX_ROWS + g*8, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+        }
+    }
+}
+#endif
+#ifndef SPECEE_FA_LANE_DOTS
+#define SPECEE_FA_LANE_DOTS 0
+#endif
+
 #if SPECEE_FA_F32
 using namespace specee_attn;
 
@@ -212,9 +272,9 @@ void f32_tile(int64_t DK, int64_t DV, int64_t n_kv, int64_t nr, const char * k_h
         }
         const char * k_block = k_head + ic0*nbk1;
         const char * v_block = v_head + ic0*nbv1;
-#if SPECEE_FA_AVX512
+#if SPECEE_FA_LANE_DOTS
         if (QT != nullptr && nr >= MIN_LANES) {
-            dots_avx512(DK, ncell, k_block, nbk1, QT, nr, Kf, KQ, kq_vec_dot, Q_q);
+            dots_lanes(DK, ncell, k_block, nbk1, QT, nr, Kf, KQ, kq_vec_dot, Q_q);
         } else
 #endif
         {
@@ -330,15 +390,19 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
     ggml_fp16_t * Q_q   = (ggml_fp16_t *) (VKQ32 + DV);                      // [row][DK]
     ggml_fp16_t * VKQ16 = Q_q + MAX_ROWS*DK;                                 // [row][DV]
 
-#if SPECEE_FA_AVX512
-    // ggml's fp16 dot and fp16 accumulation are one step of 64 elements per four vectors; other
-    // head sizes (leftovers summed in double) take the generic loop. specee_fa_tune(.., wide false): that loop
-    // always (to measure the tiles' reuse alone).
-    float * QT = (float *) (VKQ16 + MAX_ROWS*DV);                            // [row group][DK][16]
+#if SPECEE_FA_LANE_DOTS
+    // ggml's fp16 dot is one step of 4*LANES elements (four vectors); other head sizes (leftovers
+    // summed in double) take its vec_dot per row. specee_fa_tune(.., wide false): vec_dot always (to
+    // measure the tiles' reuse alone). On AVX-512 the same scratch serves ggml's fp16 accumulation
+    // (ops the f32 rows do not take).
+    float * QT = (float *) (VKQ16 + MAX_ROWS*DV);                            // [row group][DK][LANES]
     float * Kf = QT + MAX_ROWS*DK;                                           // [cell][DK]
     float * KQ = Kf + GGML_FA_TILE_KV*DK;                                    // [cell][MAX_ROWS]
-    const bool wide = DK % 64 == 0 && DV % 64 == 0 && DV <= MAX_DV && g_wide.load(std::memory_order_relaxed) &&
-                      (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
+    const bool lane_dots = DK % (4*LANES) == 0 && g_wide.load(std::memory_order_relaxed) &&
+                           (size_t) (KQ + GGML_FA_TILE_KV*MAX_ROWS - VKQ32) <= per_thread;
+#endif
+#if SPECEE_FA_AVX512
+    const bool wide = lane_dots && DV % 64 == 0 && DV <= MAX_DV;
 #endif
 #if SPECEE_FA_F32
     // The f32 row (attn_f32_rows.h) for every row of an op without ALiBi, softcap or sinks: decided by
@@ -359,8 +423,8 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
         Vf  = P + MAX_ROWS*F32_BLOCK;
         KQf = Vf + F32_BLOCK*DV;
     }
-#if SPECEE_FA_AVX512
-    const float * QT_f32 = wide ? QT : nullptr;
+#if SPECEE_FA_LANE_DOTS
+    const float * QT_f32 = lane_dots ? QT : nullptr;
     float * Kf_f32 = Kf;
 #else
     const float * QT_f32 = nullptr;
@@ -405,11 +469,11 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
             const float * pq = (const float *) ((char *) q->data + (iq1*nbq1 + iq2*nbq2 + iq3*nbq3));
             q_to_vec_dot(pq, Q_q + r*DK, DK);
         }
-#if SPECEE_FA_AVX512
-        if (wide && nr >= MIN_LANES) {
-            for (int64_t r = 0; r < (nr + 15)/16*16; ++r) {
+#if SPECEE_FA_LANE_DOTS
+        if (lane_dots && nr >= MIN_LANES) {
+            for (int64_t r = 0; r < (nr + LANES - 1)/LANES*LANES; ++r) {
                 for (int64_t e = 0; e < DK; ++e) {
-                    QT[((r/16)*DK + e)*16 + r%16] = r < nr ? GGML_CPU_FP16_TO_FP32(Q_q[r*DK + e]) : 0.0f;
+                    QT[((r/LANES)*DK + e)*LANES + r%LANES] = r < nr ? GGML_CPU_FP16_TO_FP32(Q_q[r*DK + e]) : 0.0f;
                 }
             }
         }
@@ -438,7 +502,7 @@ bool specee_flash_attn_rows(const ggml_compute_params * params, ggml_tensor * ds
             if (wide && nr >= MIN_LANES) {
                 const char * k_block = (const char *) k->data + (ic0*nbk1 + ik2*nbk2 + ik3*nbk3);
                 const char * v_block = (const char *) v->data + (ic0*nbv1 + iv2*nbv2 + iv3*nbv3);
-                dots_avx512(DK, ic1 - ic0, k_block, nbk1, QT, nr, Kf, KQ, kq_vec_dot, Q_q);
+                dots_lanes(DK, ic1 - ic0, k_block, nbk1, QT, nr, Kf, KQ, kq_vec_dot, Q_q);
                 updates_avx512(DV, ic0, ic1 - ic0, v_block, nbv1, KQ, nr, mp_row, slope_row, scale, logit_softcap,
                                M_row, S_row, VKQ16);
                 continue;
