@@ -12,7 +12,8 @@
 //   p[c]  = exp(s[c] - M') (ggml_v_expf), 0 where the mask hides the cell
 //   S    += the block's sum of p, a fixed tree over its lanes
 //   O[d]  = fma(p[c], V[c][d], O[d]) for c ascending
-// then out = O * (1/S). Every operation is elementwise or a reduction in a fixed order over the
+// then out = O * (1/S). Cells past the last one any row of a tile sees are left out of the block
+// (their p is 0 for every row: the same bits, less work for decodes and the diagonal). Every operation is elementwise or a reduction in a fixed order over the
 // block, so a row's bits depend on its own Q, mask and the cache, never on the tile, the batch, the
 // lanes or the thread: a decode is the same row (tests/test_batch_invariance.py). A hidden cell
 // adds fma(0, V, O) = O (the cache's V are finite), so whether a block is cut short at the end of
@@ -131,19 +132,20 @@ inline void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * 
     }
 }
 
-// Whether the mask shows the row any of the block's cells (fp16 -inf is 0xFC00).
-inline bool block_visible(const ggml_fp16_t * mask, int64_t ncell) {
+// One past the last of the block's cells the mask shows the row (fp16 -inf is 0xFC00); 0: none.
+inline int64_t block_visible_end(const ggml_fp16_t * mask, int64_t ncell) {
     if (mask == nullptr) {
-        return true;
+        return ncell;
     }
     const __m512i hidden = _mm512_set1_epi16((short) 0xFC00);
-    for (int64_t c = 0; c < ncell; c += 32) {
+    for (int64_t c = (ncell - 1) / 32 * 32; c >= 0; c -= 32) {
         const __mmask32 in = ncell - c >= 32 ? (__mmask32) 0xFFFFFFFF : (__mmask32) ((1u << (ncell - c)) - 1);
-        if (_mm512_mask_cmpneq_epi16_mask(in, _mm512_maskz_loadu_epi16(in, mask + c), hidden) != 0) {
-            return true;
+        const __mmask32 shown = _mm512_mask_cmpneq_epi16_mask(in, _mm512_maskz_loadu_epi16(in, mask + c), hidden);
+        if (shown != 0) {
+            return c + 32 - __builtin_clz((unsigned) shown);
         }
     }
-    return false;
+    return 0;
 }
 
 
@@ -261,17 +263,17 @@ inline void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * 
     }
 }
 
-// Whether the mask shows the row any of the block's cells (fp16 -inf is 0xFC00).
-inline bool block_visible(const ggml_fp16_t * mask, int64_t ncell) {
+// One past the last of the block's cells the mask shows the row (fp16 -inf is 0xFC00); 0: none.
+inline int64_t block_visible_end(const ggml_fp16_t * mask, int64_t ncell) {
     if (mask == nullptr) {
-        return true;
+        return ncell;
     }
-    for (int64_t c = 0; c < ncell; ++c) {
-        if (mask[c] != 0xFC00) {
-            return true;
+    for (int64_t c = ncell; c > 0; --c) {
+        if (mask[c - 1] != 0xFC00) {
+            return c;
         }
     }
-    return false;
+    return 0;
 }
 #else
 #define SPECEE_FA_F32 0

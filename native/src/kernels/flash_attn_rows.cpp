@@ -261,13 +261,14 @@ void f32_tile(int64_t DK, int64_t DV, int64_t n_kv, int64_t nr, const char * k_h
     const float * pa[MAX_ROWS];
     float * oa[MAX_ROWS];
     for (int64_t ic0 = 0; ic0 < n_kv; ic0 += F32_BLOCK) {
-        const int64_t ncell = std::min(F32_BLOCK, n_kv - ic0);
-        bool any = false;
+        // the block's cells up to the last any row sees: past it p is 0 for every row (the same bits)
+        int64_t ncell = 0;
         for (int64_t r = 0; r < nr; ++r) {
-            visible[r] = block_visible(mp_row[r] ? mp_row[r] + ic0 : nullptr, ncell);
-            any = any || visible[r];
+            const int64_t end = block_visible_end(mp_row[r] ? mp_row[r] + ic0 : nullptr, std::min(F32_BLOCK, n_kv - ic0));
+            visible[r] = end > 0;
+            ncell = std::max(ncell, end);
         }
-        if (!any) {
+        if (ncell == 0) {
             continue;
         }
         const char * k_block = k_head + ic0*nbk1;
