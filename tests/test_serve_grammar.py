@@ -101,7 +101,7 @@ def test_the_mode_answers_as_before_after_a_vanilla_request_and_the_log_says_so(
 
 
 def test_json_object_streamed_and_not(served: ServerProcess) -> None:
-    kw = {"model": MODEL_ID, "messages": ask("List three fruits."), "response_format": {"type": "json_object"}}
+    kw = {"model": MODEL_ID, "messages": ask("Give a JSON object with one fruit."), "response_format": {"type": "json_object"}}
     reply = client(served).chat.completions.create(temperature=0, max_tokens=300, **kw)
     assert reply.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(reply.choices[0].message.content), dict)

@@ -159,7 +159,7 @@ def test_batched_answers_join_and_what_cannot_join_waits(core: WorkerCore, out: 
 def test_a_count_comes_at_once_while_answers_decode_together(core: WorkerCore, out: Recorder, model_path: Path) -> None:
     core.handle(load(model_path, n_parallel=2))
     out.take()
-    core.inbox.put(p.Generate("a", QUESTION, p.Sampling.greedy(24)))
+    core.inbox.put(p.Generate("a", QUESTION, p.Sampling.greedy(16)))  # the model's answer is 23 tokens
     core.step()
     core.inbox.put(p.CountTokens("c", QUESTION, "more"))
     core.step()
@@ -167,7 +167,7 @@ def test_a_count_comes_at_once_while_answers_decode_together(core: WorkerCore, o
     assert not any(isinstance(e, p.Done) for e in out.events)  # before the answer ends
     while core.together.busy:
         core.step()
-    assert done_of(out.take(), "a").n_generated == 24
+    assert done_of(out.take(), "a").n_generated == 16
 
 
 def test_shutdown_and_a_gone_client_end_the_loop(core: WorkerCore, out: Recorder) -> None:
