@@ -250,7 +250,7 @@ void dots_lanes(int64_t DK, int64_t ncell, const char * k_block, size_t nbk1, co
 using namespace specee_attn;
 
 // One tile's rows over all KV cells (k_head/v_head: the tile's KV head at cell 0), block by block;
-// leaves each row's O32, M and S. QT: the rows transposed for dots_avx512 (nullptr: one vec_dot a
+// leaves each row's O32, M and S. QT: the rows transposed for dots_lanes (nullptr: one vec_dot a
 // cell and row, the same values).
 void f32_tile(int64_t DK, int64_t DV, int64_t n_kv, int64_t nr, const char * k_head, size_t nbk1, const char * v_head,
               size_t nbv1, const float * QT, const ggml_fp16_t * Q_q, const ggml_fp16_t * const * mp_row, float scale,
