@@ -12,13 +12,13 @@
 //   p[c]  = exp(s[c] - M') (ggml_v_expf), 0 where the mask hides the cell
 //   S    += the block's sum of p, a fixed tree over its lanes
 //   O[d]  = fma(p[c], V[c][d], O[d]) for c ascending
-// then out = O * (1/S). Cells past the last one any row of a tile sees are left out of the block
-// (their p is 0 for every row: the same bits, less work for decodes and the diagonal). Every operation is elementwise or a reduction in a fixed order over the
+// then out = O * (1/S). Every operation is elementwise or a reduction in a fixed order over the
 // block, so a row's bits depend on its own Q, mask and the cache, never on the tile, the batch, the
 // lanes or the thread: a decode is the same row (tests/test_batch_invariance.py). A hidden cell
 // adds fma(0, V, O) = O (the cache's V are finite), so whether a block is cut short at the end of
-// the cache or masked does not matter either. The values differ from ggml's fp16 accumulation only
-// by rounding (f32 is the more exact of the two).
+// the cache, at the last cell any row of a tile sees (less work for decodes and the diagonal), or
+// masked does not matter either. The values differ from ggml's fp16 accumulation only by rounding
+// (f32 is the more exact of the two: native/build.py --fa-bench measures both against double).
 #pragma once
 
 #include "ggml-impl.h"
