@@ -33,18 +33,107 @@ namespace specee_attn {
 
 constexpr int64_t F32_BLOCK = 64;
 
+// The lanes of one ISA: the few operations the ISA-free pieces below need. Each is one intrinsic, so
+// a row's arithmetic is spelled out exactly (fma is an fma), whatever template instance runs it.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && !defined(__AVX512FP16__) && defined(__GNUC__)
 #define SPECEE_FA_F32 1
+#define SPECEE_FA_F32_AVX512 1
+struct lanes {
+    using vec = __m512;
+    static constexpr int64_t W = 16;
+    static constexpr int PV_ROWS = 4;  // 4 rows x 4 accumulators + 4 V in 32 registers
+    static vec load(const float * x) { return _mm512_loadu_ps(x); }
+    static void store(float * x, vec v) { _mm512_storeu_ps(x, v); }
+    static vec set1(float x) { return _mm512_set1_ps(x); }
+    static vec mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+    static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+    static vec from_f16(const ggml_fp16_t * x) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) x)); }
+};
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__)
+#define SPECEE_FA_F32 1
+struct lanes {
+    using vec = __m256;
+    static constexpr int64_t W = 8;
+    static constexpr int PV_ROWS = 2;  // 2 rows x 4 accumulators + 4 V in 16 registers
+    static vec load(const float * x) { return _mm256_loadu_ps(x); }
+    static void store(float * x, vec v) { _mm256_storeu_ps(x, v); }
+    static vec set1(float x) { return _mm256_set1_ps(x); }
+    static vec mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+    static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+    static vec from_f16(const ggml_fp16_t * x) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x)); }
+};
+#else
+#define SPECEE_FA_F32 0
+#endif
 
-// the V widths the accumulators cover: 64 at a time
-inline bool dv_ok(int64_t DV) { return DV % 64 == 0; }
+#if SPECEE_FA_F32
+// the V widths the accumulators cover: four vectors at a time
+inline bool dv_ok(int64_t DV) { return DV % (4*lanes::W) == 0; }
 
 inline void v_to_f32(int64_t DV, const ggml_fp16_t * v, float * out) {
-    for (int64_t d = 0; d < DV; d += 16) {
-        _mm512_storeu_ps(out + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (v + d))));
+    for (int64_t d = 0; d < DV; d += lanes::W) {
+        lanes::store(out + d, lanes::from_f16(v + d));
     }
 }
 
+inline void scale_row(int64_t DV, float * O, float f) {
+    const lanes::vec fv = lanes::set1(f);
+    for (int64_t d = 0; d < DV; d += lanes::W) {
+        lanes::store(O + d, lanes::mul(lanes::load(O + d), fv));
+    }
+}
+
+// O[r][d] = fma(p[r][c], V[c][d], O[r][d]) over the block's cells in order, for R rows at a time (V
+// loaded once for them): each row's fma chain is the same whatever R.
+template <int R>
+inline void pv_rows(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O) {
+    constexpr int64_t W = lanes::W;
+    for (int64_t d = 0; d < DV; d += 4*W) {
+        lanes::vec acc[R][4];
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                acc[r][j] = lanes::load(O[r] + d + W*j);
+            }
+        }
+        for (int64_t c = 0; c < ncell; ++c) {
+            const float * vc = Vf + c*DV + d;
+            const lanes::vec v0 = lanes::load(vc);
+            const lanes::vec v1 = lanes::load(vc + W);
+            const lanes::vec v2 = lanes::load(vc + 2*W);
+            const lanes::vec v3 = lanes::load(vc + 3*W);
+            for (int r = 0; r < R; ++r) {
+                const lanes::vec pb = lanes::set1(p[r][c]);
+                acc[r][0] = lanes::fma(pb, v0, acc[r][0]);
+                acc[r][1] = lanes::fma(pb, v1, acc[r][1]);
+                acc[r][2] = lanes::fma(pb, v2, acc[r][2]);
+                acc[r][3] = lanes::fma(pb, v3, acc[r][3]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) {
+                lanes::store(O[r] + d + W*j, acc[r][j]);
+            }
+        }
+    }
+}
+
+inline void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O, int64_t n) {
+    constexpr int64_t G = lanes::PV_ROWS;
+    int64_t i = 0;
+    for (; i + G <= n; i += G) {
+        pv_rows<G>(DV, ncell, Vf, p + i, O + i);
+    }
+    switch (n - i) {
+        case 3: pv_rows<3>(DV, ncell, Vf, p + i, O + i); break;
+        case 2: pv_rows<2>(DV, ncell, Vf, p + i, O + i); break;
+        case 1: pv_rows<1>(DV, ncell, Vf, p + i, O + i); break;
+        default: break;
+    }
+}
+#endif
+
+// The softmax of a block and the mask's extent, per ISA (masked lanes on AVX-512, staged on AVX2).
+#if SPECEE_FA_F32 && defined(SPECEE_FA_F32_AVX512)
 // One row's block: its scores (KQ[c*kq_stride]) to probabilities p[0..64), its max M, sum S and
 // accumulator O updated as above; false when the mask hides every cell of the block from the row.
 inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t kq_stride, const ggml_fp16_t * mask,
@@ -75,61 +164,12 @@ inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t k
     const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(pv[0], pv[1]), _mm512_add_ps(pv[2], pv[3])));
     if (M != -INFINITY && Mn > M) {
         const float f = expf(M - Mn);
-        const __m512 fv = _mm512_set1_ps(f);
-        for (int64_t d = 0; d < DV; d += 16) {
-            _mm512_storeu_ps(O + d, _mm512_mul_ps(_mm512_loadu_ps(O + d), fv));
-        }
+        scale_row(DV, O, f);
         S *= f;
     }
     S += sum;
     M = Mn;
     return true;
-}
-
-// O[r][d] = fma(p[r][c], V[c][d], O[r][d]) over the block's cells in order, for R rows at a time (V
-// loaded once for them): each row's fma chain is the same whatever R.
-template <int R>
-inline void pv_rows(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O) {
-    for (int64_t d = 0; d < DV; d += 64) {
-        __m512 acc[R][4];
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) {
-                acc[r][j] = _mm512_loadu_ps(O[r] + d + 16*j);
-            }
-        }
-        for (int64_t c = 0; c < ncell; ++c) {
-            const float * vc = Vf + c*DV + d;
-            const __m512 v0 = _mm512_loadu_ps(vc);
-            const __m512 v1 = _mm512_loadu_ps(vc + 16);
-            const __m512 v2 = _mm512_loadu_ps(vc + 32);
-            const __m512 v3 = _mm512_loadu_ps(vc + 48);
-            for (int r = 0; r < R; ++r) {
-                const __m512 pb = _mm512_set1_ps(p[r][c]);
-                acc[r][0] = _mm512_fmadd_ps(pb, v0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(pb, v1, acc[r][1]);
-                acc[r][2] = _mm512_fmadd_ps(pb, v2, acc[r][2]);
-                acc[r][3] = _mm512_fmadd_ps(pb, v3, acc[r][3]);
-            }
-        }
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) {
-                _mm512_storeu_ps(O[r] + d + 16*j, acc[r][j]);
-            }
-        }
-    }
-}
-
-inline void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O, int64_t n) {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        pv_rows<4>(DV, ncell, Vf, p + i, O + i);
-    }
-    switch (n - i) {
-        case 3: pv_rows<3>(DV, ncell, Vf, p + i, O + i); break;
-        case 2: pv_rows<2>(DV, ncell, Vf, p + i, O + i); break;
-        case 1: pv_rows<1>(DV, ncell, Vf, p + i, O + i); break;
-        default: break;
-    }
 }
 
 // One past the last of the block's cells the mask shows the row (fp16 -inf is 0xFC00); 0: none.
@@ -149,18 +189,7 @@ inline int64_t block_visible_end(const ggml_fp16_t * mask, int64_t ncell) {
 }
 
 
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__)
-#define SPECEE_FA_F32 1
-
-// the V widths the accumulators cover: 32 at a time (two rows' 8 accumulators in 16 registers)
-inline bool dv_ok(int64_t DV) { return DV % 32 == 0; }
-
-inline void v_to_f32(int64_t DV, const ggml_fp16_t * v, float * out) {
-    for (int64_t d = 0; d < DV; d += 8) {
-        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (v + d))));
-    }
-}
-
+#elif SPECEE_FA_F32
 inline float hmax8(__m256 x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -209,10 +238,7 @@ inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t k
     const float sum = hsum8(_mm256_add_ps(t0, t1));
     if (M != -INFINITY && Mn > M) {
         const float f = expf(M - Mn);
-        const __m256 fv = _mm256_set1_ps(f);
-        for (int64_t d = 0; d < DV; d += 8) {
-            _mm256_storeu_ps(O + d, _mm256_mul_ps(_mm256_loadu_ps(O + d), fv));
-        }
+        scale_row(DV, O, f);
         S *= f;
     }
     S += sum;
@@ -220,48 +246,6 @@ inline bool softmax_block(int64_t DV, int64_t ncell, const float * kq, int64_t k
     return true;
 }
 
-// O[r][d] = fma(p[r][c], V[c][d], O[r][d]) over the block's cells in order, for R rows at a time (V
-// loaded once for them): each row's fma chain is the same whatever R.
-template <int R>
-inline void pv_rows(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O) {
-    for (int64_t d = 0; d < DV; d += 32) {
-        __m256 acc[R][4];
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) {
-                acc[r][j] = _mm256_loadu_ps(O[r] + d + 8*j);
-            }
-        }
-        for (int64_t c = 0; c < ncell; ++c) {
-            const float * vc = Vf + c*DV + d;
-            const __m256 v0 = _mm256_loadu_ps(vc);
-            const __m256 v1 = _mm256_loadu_ps(vc + 8);
-            const __m256 v2 = _mm256_loadu_ps(vc + 16);
-            const __m256 v3 = _mm256_loadu_ps(vc + 24);
-            for (int r = 0; r < R; ++r) {
-                const __m256 pb = _mm256_broadcast_ss(p[r] + c);
-                acc[r][0] = _mm256_fmadd_ps(pb, v0, acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(pb, v1, acc[r][1]);
-                acc[r][2] = _mm256_fmadd_ps(pb, v2, acc[r][2]);
-                acc[r][3] = _mm256_fmadd_ps(pb, v3, acc[r][3]);
-            }
-        }
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) {
-                _mm256_storeu_ps(O[r] + d + 8*j, acc[r][j]);
-            }
-        }
-    }
-}
-
-inline void pv_block(int64_t DV, int64_t ncell, const float * Vf, const float * const * p, float * const * O, int64_t n) {
-    int64_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-        pv_rows<2>(DV, ncell, Vf, p + i, O + i);
-    }
-    if (i < n) {
-        pv_rows<1>(DV, ncell, Vf, p + i, O + i);
-    }
-}
 
 // One past the last of the block's cells the mask shows the row (fp16 -inf is 0xFC00); 0: none.
 inline int64_t block_visible_end(const ggml_fp16_t * mask, int64_t ncell) {
@@ -275,8 +259,6 @@ inline int64_t block_visible_end(const ggml_fp16_t * mask, int64_t ncell) {
     }
     return 0;
 }
-#else
-#define SPECEE_FA_F32 0
 #endif
 
 }  // namespace specee_attn

@@ -58,51 +58,37 @@ std::atomic<int>  g_kv_block{64};
 constexpr int64_t LANES = 16;
 constexpr int64_t MIN_LANES = 6;
 
-void dots_lanes(int64_t DK, int64_t ncell, const char * k_block, size_t nbk1, const float * QT, int64_t nr,
-                 float * Kf, float * KQ, ggml_vec_dot_t kq_vec_dot, const ggml_fp16_t * Q_q) {
-    for (int64_t c = 0; c < ncell; ++c) {
-        const ggml_fp16_t * kc = (const ggml_fp16_t *) (k_block + c*nbk1);
-        for (int64_t e = 0; e < DK; e += 16) {
-            _mm512_storeu_ps(Kf + c*DK + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (kc + e))));
-        }
+inline void k_to_f32(int64_t DK, const ggml_fp16_t * kc, float * out) {
+    for (int64_t e = 0; e < DK; e += 16) {
+        _mm512_storeu_ps(out + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (kc + e))));
     }
-    for (int64_t g = 0; g*16 < nr; ++g) {
-        if (nr - g*16 < MIN_LANES) {
-            for (int64_t c = 0; c < ncell; ++c) {
-                for (int64_t r = g*16; r < nr; ++r) {
-                    kq_vec_dot(DK, KQ + c*MAX_ROWS + r, 0, k_block + c*nbk1, 0, Q_q + r*DK, 0, 1);
-                }
-            }
-            continue;
+}
+
+// one cell's dot products with a group of 16 rows (qt: QT of the group), into out[0..16)
+inline void cell_dots(int64_t DK, const float * kf, const float * qt, float * out) {
+    __m512 t[16];
+    for (int l = 0; l < 16; ++l) {
+        __m512 a0 = _mm512_setzero_ps();
+        __m512 a1 = _mm512_setzero_ps();
+        __m512 a2 = _mm512_setzero_ps();
+        __m512 a3 = _mm512_setzero_ps();
+        for (int64_t st = 0; st < DK; st += 64) {
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st +  0 + l]), _mm512_loadu_ps(qt + (st +  0 + l)*16), a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 16 + l]), _mm512_loadu_ps(qt + (st + 16 + l)*16), a1);
+            a2 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 32 + l]), _mm512_loadu_ps(qt + (st + 32 + l)*16), a2);
+            a3 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 48 + l]), _mm512_loadu_ps(qt + (st + 48 + l)*16), a3);
         }
-        const float * qt = QT + g*16*DK;
-        for (int64_t c = 0; c < ncell; ++c) {
-            const float * kf = Kf + c*DK;
-            __m512 t[16];
-            for (int l = 0; l < 16; ++l) {
-                __m512 a0 = _mm512_setzero_ps();
-                __m512 a1 = _mm512_setzero_ps();
-                __m512 a2 = _mm512_setzero_ps();
-                __m512 a3 = _mm512_setzero_ps();
-                for (int64_t st = 0; st < DK; st += 64) {
-                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st +  0 + l]), _mm512_loadu_ps(qt + (st +  0 + l)*16), a0);
-                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 16 + l]), _mm512_loadu_ps(qt + (st + 16 + l)*16), a1);
-                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 32 + l]), _mm512_loadu_ps(qt + (st + 32 + l)*16), a2);
-                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(kf[st + 48 + l]), _mm512_loadu_ps(qt + (st + 48 + l)*16), a3);
-                }
-                t[l] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
-            }
-            for (int i = 0; i < 8; ++i) {
-                t[i] = _mm512_add_ps(t[i + 8], t[i]);
-            }
-            for (int i = 0; i < 4; ++i) {
-                t[i] = _mm512_add_ps(t[i + 4], t[i]);
-            }
-            const __m512 f0 = _mm512_add_ps(t[0], t[2]);
-            const __m512 f1 = _mm512_add_ps(t[1], t[3]);
-            _mm512_storeu_ps(KQ + c*MAX_ROWS + g*16, _mm512_add_ps(f0, f1));
-        }
+        t[l] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
     }
+    for (int i = 0; i < 8; ++i) {
+        t[i] = _mm512_add_ps(t[i + 8], t[i]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_add_ps(t[i + 4], t[i]);
+    }
+    const __m512 f0 = _mm512_add_ps(t[0], t[2]);
+    const __m512 f1 = _mm512_add_ps(t[1], t[3]);
+    _mm512_storeu_ps(out, _mm512_add_ps(f0, f1));
 }
 
 // ggml_vec_mad_f16 / ggml_vec_scale_f16 on AVX-512 for n a multiple of 64: per 16 elements
@@ -199,51 +185,61 @@ void updates_avx512(int64_t DV, int64_t ic0, int64_t ncell, const char * v_block
 constexpr int64_t LANES = 8;
 constexpr int64_t MIN_LANES = 3;
 
+inline void k_to_f32(int64_t DK, const ggml_fp16_t * kc, float * out) {
+    for (int64_t e = 0; e < DK; e += 8) {
+        _mm256_storeu_ps(out + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kc + e))));
+    }
+}
+
+// one cell's dot products with a group of 8 rows (qt: QT of the group), into out[0..8)
+inline void cell_dots(int64_t DK, const float * kf, const float * qt, float * out) {
+    __m256 a[8];
+    for (int l = 0; l < 8; ++l) {
+        __m256 s0 = _mm256_setzero_ps();
+        __m256 s1 = _mm256_setzero_ps();
+        __m256 s2 = _mm256_setzero_ps();
+        __m256 s3 = _mm256_setzero_ps();
+        for (int64_t st = 0; st < DK; st += 32) {
+            s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st +  0 + l), _mm256_loadu_ps(qt + (st +  0 + l)*8), s0);
+            s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st +  8 + l), _mm256_loadu_ps(qt + (st +  8 + l)*8), s1);
+            s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st + 16 + l), _mm256_loadu_ps(qt + (st + 16 + l)*8), s2);
+            s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st + 24 + l), _mm256_loadu_ps(qt + (st + 24 + l)*8), s3);
+        }
+        a[l] = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+    }
+    const __m256 t0 = _mm256_add_ps(a[0], a[4]);
+    const __m256 t1 = _mm256_add_ps(a[1], a[5]);
+    const __m256 t2 = _mm256_add_ps(a[2], a[6]);
+    const __m256 t3 = _mm256_add_ps(a[3], a[7]);
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+}
+#endif
+#ifndef SPECEE_FA_LANE_DOTS
+#define SPECEE_FA_LANE_DOTS 0
+#endif
+
+#if SPECEE_FA_LANE_DOTS
+// KQ[cell][row] for a block's cells and a tile's rows, LANES rows at a time through cell_dots (this
+// ISA's copy of ggml_vec_dot_f16's tree); a group of fewer than MIN_LANES rows takes ggml's vec_dot.
 void dots_lanes(int64_t DK, int64_t ncell, const char * k_block, size_t nbk1, const float * QT, int64_t nr,
                 float * Kf, float * KQ, ggml_vec_dot_t kq_vec_dot, const ggml_fp16_t * Q_q) {
     for (int64_t c = 0; c < ncell; ++c) {
-        const ggml_fp16_t * kc = (const ggml_fp16_t *) (k_block + c*nbk1);
-        for (int64_t e = 0; e < DK; e += 8) {
-            _mm256_storeu_ps(Kf + c*DK + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kc + e))));
-        }
+        k_to_f32(DK, (const ggml_fp16_t *) (k_block + c*nbk1), Kf + c*DK);
     }
-    for (int64_t g = 0; g*8 < nr; ++g) {
-        if (nr - g*8 < MIN_LANES) {
+    for (int64_t g = 0; g*LANES < nr; ++g) {
+        if (nr - g*LANES < MIN_LANES) {
             for (int64_t c = 0; c < ncell; ++c) {
-                for (int64_t r = g*8; r < nr; ++r) {
+                for (int64_t r = g*LANES; r < nr; ++r) {
                     kq_vec_dot(DK, KQ + c*MAX_ROWS + r, 0, k_block + c*nbk1, 0, Q_q + r*DK, 0, 1);
                 }
             }
             continue;
         }
-        const float * qt = QT + g*8*DK;
         for (int64_t c = 0; c < ncell; ++c) {
-            const float * kf = Kf + c*DK;
-            __m256 a[8];
-            for (int l = 0; l < 8; ++l) {
-                __m256 s0 = _mm256_setzero_ps();
-                __m256 s1 = _mm256_setzero_ps();
-                __m256 s2 = _mm256_setzero_ps();
-                __m256 s3 = _mm256_setzero_ps();
-                for (int64_t st = 0; st < DK; st += 32) {
-                    s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st +  0 + l), _mm256_loadu_ps(qt + (st +  0 + l)*8), s0);
-                    s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st +  8 + l), _mm256_loadu_ps(qt + (st +  8 + l)*8), s1);
-                    s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st + 16 + l), _mm256_loadu_ps(qt + (st + 16 + l)*8), s2);
-                    s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(kf + st + 24 + l), _mm256_loadu_ps(qt + (st + 24 + l)*8), s3);
-                }
-                a[l] = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
-            }
-            const __m256 t0 = _mm256_add_ps(a[0], a[4]);
-            const __m256 t1 = _mm256_add_ps(a[1], a[5]);
-            const __m256 t2 = _mm256_add_ps(a[2], a[6]);
-            const __m256 t3 = _mm256_add_ps(a[3], a[7]);
-            _mm256_storeu_ps(KQ + c*MAX_ROWS + g*8, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+            cell_dots(DK, Kf + c*DK, QT + g*LANES*DK, KQ + c*MAX_ROWS + g*LANES);
         }
     }
 }
-#endif
-#ifndef SPECEE_FA_LANE_DOTS
-#define SPECEE_FA_LANE_DOTS 0
 #endif
 
 #if SPECEE_FA_F32
