@@ -15,6 +15,7 @@ MODE_MEANINGS = {
     "specee": "SpecEE early exit",
     "ngram": "n-gram drafting",
     "draft": "draft-model drafting",
+    "combined": "n-gram drafting + SpecEE early exit",
     "auto": "the fastest mode measured here",
 }
 # Where a speed comes from: the engine timed it on this machine, or the placement planner estimated it

@@ -41,6 +41,8 @@ MODE_HELP = {
     "ngram": "Drafts from what came earlier in the chat (no weights needed); identical output. Pays when "
     "answers repeat or quote text.",
     "draft": "A smaller installed model with the same tokenizer drafts; identical output.",
+    "combined": "ngram's drafts where they pay, SpecEE's early exits on the other tokens; drafted text is "
+    "checked in full, the rest may differ slightly. Needs EAGLE + SpecEE weights for this model.",
 }
 
 

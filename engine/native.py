@@ -86,6 +86,9 @@ def lib() -> ctypes.CDLL:
         "specee_ee_draft_context": ([vp], vp),
         "specee_ee_set_stop_tokens": ([vp, ctypes.POINTER(i32), i32], None),
         "specee_ee_set_vocab_predictor": ([vp, f32p, ctypes.c_float, ctypes.c_float], i32),
+        "specee_ee_verify": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(i32)], i32),
+        "specee_ee_n_past": ([vp], i32),
+        "specee_ee_get_stats": ([vp, ctypes.POINTER(EeStats)], None),
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
         "specee_set_first_layers_on_gpu": ([i32, ctypes.c_bool], None),
         "specee_devices_json": ([], ctypes.c_char_p),
@@ -191,6 +194,7 @@ def spec_lib() -> ctypes.CDLL:
     vp, i32 = ctypes.c_void_p, ctypes.c_int32
     sigs: dict[str, tuple[list[Any], Any]] = {
         "specee_drafter_init": ([vp, ctypes.c_char_p, vp, i32, i32], vp),
+        "specee_drafter_init_exits": ([vp, vp, i32], vp),
         "specee_drafter_free": ([vp], None),
         "specee_drafter_set_threads": ([vp, i32], None),
         "specee_drafter_set_gated": ([vp, ctypes.c_bool], None),

@@ -79,7 +79,7 @@ def _specee(accel: dict[str, Any], short: bool) -> str:
 
 def accel_summary(mode: str, accel: dict[str, Any], short: bool = False) -> str:
     """'' when there is nothing to say (vanilla, or no steps yet). short: for the status bar."""
-    if mode == "specee" and accel.get("steps"):
+    if mode in ("specee", "combined") and accel.get("steps"):
         return _specee(accel, short)
     if mode == "eagle" and "acceptance_length" in accel:
         return f"{accel['acceptance_length']:.2f} tokens/pass"

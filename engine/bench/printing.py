@@ -77,7 +77,7 @@ def print_report(report: dict) -> None:
                 t = m["target_ms_per_step"]
                 print(f"  exit graph with exits off: target step {t:.2f} ms vs vanilla {vanilla_ms:.2f} ms per token"
                       f" ({t / vanilla_ms:.3f}x)")  # fmt: skip
-        if "token_agreement" in m and m["mode"].startswith("specee"):
+        if "token_agreement" in m and m["mode"].startswith(("specee", "combined")):
             agree, prefix = m["token_agreement"], m["common_prefix_tokens_mean"]
             print(f"  agreement with vanilla: {agree:.1%} of tokens, common prefix {prefix:.1f} tokens")
         if m.get("head_dev_eval"):

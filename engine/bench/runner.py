@@ -79,7 +79,7 @@ def run_bench(
                 measure_reference=False,  # no worker measures in the background while another is timed
             )  # fmt: skip
             clients[mode], reports[mode] = client, ModeReport(mode, ready.native, loaded=loaded)
-            if mode.startswith(("eagle", "specee")):
+            if mode.startswith(("eagle", "specee", "combined")):
                 pack = find_pack(Path(model_path))
                 reports[mode].head_eval = pack.manifest.get("eagle", {}).get("dev_eval", {}) if pack else {}
         sampling = p.Sampling.greedy(max_tokens)

@@ -74,7 +74,7 @@ class ModeReport:
                 out["self_ratio_by_category"] = by_cat
         if self.failed:
             out["failed"] = self.failed
-        if self.mode.startswith("specee"):
+        if self.mode.startswith(("specee", "combined")):
             out.update(_specee_summary(self.samples))
         if self.head_eval:
             out["head_dev_eval"] = self.head_eval

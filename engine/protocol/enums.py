@@ -13,6 +13,7 @@ class Mode(StrEnum):
     SPECEE = "specee"  # ... the head and the exit predictors
     NGRAM = "ngram"  # training-free: llama.cpp's n-gram drafters
     DRAFT = "draft"  # training-free: a smaller model with the same tokenizer drafts
+    COMBINED = "combined"  # ngram's copy drafts where they pay, specee's early exits on the other steps
     REMOTE = "remote"  # an OpenAI-compatible server answers (Stats/Loaded of a remote engine); never loaded locally
 
 

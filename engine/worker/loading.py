@@ -34,7 +34,7 @@ def resolve_placement(load: p.Load) -> tuple[p.Placement, str, dict[str, float]]
     from engine.placement.auto import placement_for
 
     try:
-        may_exit = load.mode in (p.Mode.SPECEE, p.Mode.AUTO)
+        may_exit = load.mode in (p.Mode.SPECEE, p.Mode.COMBINED, p.Mode.AUTO)
         placement, plan = placement_for(load.model_path, asked.n_ctx, asked.n_threads, may_exit)
     except (ModelFileError, OSError, RuntimeError, ValueError, KeyError) as exc:
         cpu = p.Placement(n_ctx=asked.n_ctx, n_threads=asked.n_threads, n_gpu_layers=0, layout=p.Layout.LAST)

@@ -77,16 +77,18 @@ class ModeMakers:
 
         if not supported:
             why = f"mode is not available for {arch!r} models (supported: {', '.join(exit_archs())}); use ngram or vanilla."
-            for mode in ("eagle", "specee"):
+            for mode in ("eagle", "specee", "combined"):
                 why_not[mode] = (p.ErrorKind.UNSUPPORTED_ARCHITECTURE, f"{mode} {why}")
         elif head is None:
-            why_not["eagle"] = why_not["specee"] = missing("EAGLE head", "eagle")
+            why_not["eagle"] = why_not["specee"] = why_not["combined"] = missing("EAGLE head", "eagle")
         else:
             makers["eagle"] = lambda: self._eagle_decoder(load, pack, head)
             if exits is None:
-                why_not["specee"] = missing("SpecEE exit predictors", "exits")
+                why_not["specee"] = why_not["combined"] = missing("SpecEE exit predictors", "exits")
             else:
                 makers["specee"] = lambda: self._specee_decoder(model_path, head, exits, load)
+                # the copy drafter's draft lengths, as ngram's
+                makers["combined"] = lambda: self._specee_decoder(model_path, head, exits, load, TRAINING_FREE_DRAFT["ngram"])
             if load.mode != p.Mode.VANILLA and self.placement.n_gpu_layers != 0:
                 self._capture_head_layers(head)
             if not flags.eagle_measured and load.mode == p.Mode.AUTO:
@@ -95,7 +97,7 @@ class ModeMakers:
                 repo = pack.manifest["eagle"]["source"].get("repo", "REPO")
                 unmeasured = (f"auto does not use the EAGLE head imported from {repo} before the engine measured it: "
                               f"`specee models import-head {model_path} {repo}` measures it (eagle mode works now)")  # fmt: skip
-                why_not["eagle"] = why_not["specee"] = (p.ErrorKind.NOT_MEASURED, unmeasured)
+                why_not["eagle"] = why_not["specee"] = why_not["combined"] = (p.ErrorKind.NOT_MEASURED, unmeasured)
         flags.modes = [p.Mode.VANILLA, *(p.Mode(m) for m in makers)]
         return makers, why_not, flags
 
@@ -153,12 +155,14 @@ class ModeMakers:
         layer is there (llama.cpp's default would put it on the GPU whatever the target's split)."""
         return self.placement.last_layer_on_gpu(self.info.n_layer)
 
-    def _specee_decoder(self, model_path: Path, head: Path, exits: Path, load: p.Load) -> SpecEEDecoder:
+    def _specee_decoder(self, model_path: Path, head: Path, exits: Path, load: p.Load, copy_draft: int = 0) -> SpecEEDecoder:
+        """specee, or with copy_draft > 0 the combined mode (copy drafts of up to that many tokens)."""
         try:
             check_eagle_head(head, model_path)
             preds = load_predictors(exits, model_path)
             return SpecEEDecoder(self.llm, head, preds, self.n_threads, exits=load.exits, shadow_every=load.exit_check_every,
-                                 fill=load.exit_fill, head_on_gpu=self._head_on_gpu())  # fmt: skip
+                                 fill=load.exit_fill, head_on_gpu=self._head_on_gpu(),
+                                 copy_draft=load.n_draft or copy_draft if copy_draft else 0)  # fmt: skip
         except AccelerationError as exc:
             raise LoadError(exc.kind, str(exc)) from exc
         except RuntimeError as exc:

@@ -14,6 +14,7 @@
 #include "eagle-internal.h"
 #include "exit-predictor.h"
 #include "exit-state.h"
+#include "verify.h"
 
 #include <chrono>
 #include <cmath>
@@ -560,4 +561,54 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
 
 void specee_ee_reset_stats(specee_ee * x) {
     x->stats = specee_ee_stats{};
+}
+
+int32_t specee_ee_verify(specee_ee * x, llama_sampler * smpl, const llama_token * draft, int32_t k, llama_token * out) {
+    specee_eagle * e = x->e;
+    const int32_t n = k + 1;
+    if (k < 1 || e->n_past + n > (int32_t) llama_n_ctx(x->tgt)) {
+        specee_error_msg = "a verify batch needs 1..room drafts";
+        return -1;
+    }
+    // 1. [id_last, d1..dk] at full depth in one batch: a plain decode (the exit hooks are idle
+    //    without a step), every row's logits from the full lm_head, so every emitted token is exact
+    {
+        batch_guard b(llama_batch_init(n, 0, 1));
+        b.b.token[0] = e->id_last;
+        std::copy(draft, draft + k, b.b.token + 1);
+        set_rows(b.b, n, e->n_past, true);
+        if (llama_decode(x->tgt, b.b) != 0) {
+            specee_error_msg = "target decode failed while verifying";
+            return -1;
+        }
+    }
+    const int32_t n_out = specee_verify_drafts(smpl, x->tgt, draft, k, out);
+    const int32_t accepted = n_out - 1;
+    // 2. keep id_last and the accepted drafts; the head reads their rows' features, as after an
+    //    EAGLE verify (eagle.cpp), and its last row gives the next step's candidates
+    const int32_t base = e->n_past;
+    llama_memory_seq_rm(llama_get_memory(x->tgt), 0, base + n_out, -1);
+    if (!encode_features(e, 0, n_out, -1, nullptr)) {
+        return -1;
+    }
+    llama_memory_seq_rm(llama_get_memory(e->dft), 0, base, -1);
+    std::vector<llama_token> toks(draft, draft + accepted);
+    toks.push_back(out[accepted]);
+    if (!draft_decode(e, toks.data(), e->g.data(), n_out, base, true)) {
+        return -1;
+    }
+    set_candidates(x, llama_get_logits_ith(e->dft, accepted), e->n_vocab);
+    e->first_draft = x->step.cand[0];
+    keep_draft_state(e, accepted);
+    e->n_past = base + n_out;
+    e->id_last = out[accepted];
+    return n_out;
+}
+
+int32_t specee_ee_n_past(const specee_ee * x) {
+    return x->e->n_past;
+}
+
+void specee_ee_get_stats(const specee_ee * x, specee_ee_stats * stats) {
+    *stats = x->stats;
 }

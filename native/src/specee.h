@@ -46,6 +46,12 @@ struct specee_drafter_stats {
 // NULL on error (specee_drafter_last_error). The caller keeps draft_model loaded until the drafter is freed.
 LLAMA_API struct specee_drafter * specee_drafter_init(struct llama_context * ctx_tgt, const char * type,
                                                       struct llama_model * draft_model, int32_t n_draft, int32_t n_threads);
+// The combined mode: the copy drafter bound to an early-exit handle (not owned: free the drafter
+// first). Where the copy drafter drafts nothing a step is specee_ee_step (early exits), else its
+// drafts are verified by specee_ee_verify at full depth: every token a verify emits is the target's.
+struct specee_ee;
+LLAMA_API struct specee_drafter * specee_drafter_init_exits(struct llama_context * ctx_tgt, struct specee_ee * ee,
+                                                            int32_t n_draft);
 LLAMA_API void specee_drafter_free(struct specee_drafter * d);
 // Message of the last failed specee_drafter_* call on this thread.
 LLAMA_API const char * specee_drafter_last_error(void);
@@ -200,6 +206,16 @@ LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token 
 LLAMA_API int32_t specee_ee_step(struct specee_ee * x, struct llama_sampler * smpl, llama_token * out, float * record,
                                  llama_token * cands, struct specee_ee_stats * stats);
 LLAMA_API void specee_ee_reset_stats(struct specee_ee * x);
+// A verify batch in place of a step (the combined mode: a drafter proposed draft[0..k), k >= 1):
+// [the pending token, drafts] decode at full depth, every emitted token is sampled from the full
+// lm_head's logits as specee_drafter_step's are (exact), and the accepted rows feed the head, whose
+// last row gives the next step's candidates. Writes the accepted drafts and the target's next token
+// to out (k + 1 slots); returns how many, or -1 on error. specee_ee_stats count exit steps only.
+LLAMA_API int32_t specee_ee_verify(struct specee_ee * x, struct llama_sampler * smpl, const llama_token * draft,
+                                   int32_t k, llama_token * out);
+// Tokens now in the target's KV cache (as specee_drafter_n_past).
+LLAMA_API int32_t specee_ee_n_past(const struct specee_ee * x);
+LLAMA_API void    specee_ee_get_stats(const struct specee_ee * x, struct specee_ee_stats * stats);
 
 // ---- Placement (placement.cpp) --------------------------------------------------------------
 

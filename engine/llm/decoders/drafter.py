@@ -89,28 +89,19 @@ class DrafterDecoder(_NativeLoop):
             raise self._error()
         if progress is not None:
             progress(len(tokens))
-        seen = [*tokens, first]  # the prompt and the answer so far; the cache holds a prefix of it
-        kv = self._kv = list(tokens)
+        self._kv = list(tokens)
         yield first
-        per_step, left = self.n_draft + 1, (s.max_tokens or 1 << 30) - 1
-        while left > 0:  # the last step may give more than max_tokens: the consumer takes what it asked
-            room = min(len(self._out), max(left, per_step))  # no more steps than the answer may still take
-            n = self.lib.specee_drafter_steps(
-                self._handle, sampler, self._out, room, per_step, step_us, ctypes.byref(self._stats)
-            )
+        per_step = self.n_draft + 1
+
+        def steps(room: int) -> int:
+            stats = ctypes.byref(self._stats)
+            n = self.lib.specee_drafter_steps(self._handle, sampler, self._out, room, per_step, step_us, stats)
             if n < 0:
                 raise self._error()
-            if n == 0:
-                return  # context full
-            new = self._out[:n]
-            left -= n
-            seen += new
-            n_past = self.lib.specee_drafter_n_past(self._handle)
-            if n_past < len(kv):
-                del kv[n_past:]
-            else:  # in place: copying the whole conversation every step cost ~10 us per 1000 tokens
-                kv += seen[len(kv) : n_past]
-            yield from new
+            return int(n)
+
+        n_past = lambda: self.lib.specee_drafter_n_past(self._handle)  # noqa: E731
+        yield from self._stepped(steps, n_past, self._out, tokens, first, s.max_tokens, per_step)
 
     def accel_stats(self) -> dict[str, float]:
         st = self._stats

@@ -4,7 +4,7 @@ load, the target's KV bookkeeping, the EAGLE head's cache beside it, and a prefi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,30 @@ class _NativeLoop:
 
     def last_margin(self) -> float:
         return math.nan
+
+    def _stepped(
+        self, steps: Callable[[int], int], n_past: Callable[[], int], out: Any, tokens: list[int], first: int,
+        max_tokens: int, per_step: int,
+    ) -> Iterator[int]:  # fmt: skip
+        """The tokens after `first` (the prefill's sample; _kv holds `tokens` then) from a native
+        multi-step call, `steps(room)` (how many it wrote to out, 0: context full), keeping _kv
+        equal to the target's cache (`n_past()` tokens of the prompt and the answer so far)."""
+        seen = [*tokens, first]  # the prompt and the answer so far; the cache holds a prefix of it
+        kv = self._kv  # the prompt, set by the caller before it yielded `first`
+        left = (max_tokens or 1 << 30) - 1
+        while left > 0:  # the last step may give more than max_tokens: the consumer takes what it asked
+            n = steps(min(len(out), max(left, per_step)))  # no more steps than the answer may still take
+            if n == 0:
+                return  # context full
+            new = out[:n]
+            left -= n
+            seen += new
+            past = n_past()
+            if past < len(kv):
+                del kv[past:]
+            else:  # in place: copying the whole conversation every step cost ~10 us per 1000 tokens
+                kv += seen[len(kv) : past]
+            yield from new
 
     def _free_draft_model(self) -> None:
         if self._draft_model:

@@ -22,7 +22,10 @@ from engine.models.exit_predictors import ExitPredictors
 
 class SpecEEDecoder(_NativeLoop):
     """SpecEE early exit in native/src/early-exit.cpp: one target pass per token that stops at the
-    first layer whose predictor is sure the token is settled among the head's candidates."""
+    first layer whose predictor is sure the token is settled among the head's candidates.
+    copy_draft > 0, the combined mode: the copy drafter (ngram's, up to copy_draft tokens) drafts
+    where a draft pays and the target verifies at full depth; the other steps exit early
+    (specee_drafter_init_exits)."""
 
     def __init__(
         self,
@@ -37,11 +40,14 @@ class SpecEEDecoder(_NativeLoop):
         fill: bool = True,
         n_cand: int = 32,
         head_on_gpu: bool = False,
+        copy_draft: int = 0,
     ) -> None:
         self.llm = llm
         self.lib = native.lib()
         self._kv = []
         self._ee = None
+        self._copy = None  # the combined mode's drafter handle (specee_drafter_*), bound to _ee
+        self.copy_draft = copy_draft
         self.n_cand = predictors.n_cand if predictors else n_cand
         self._draft_model = _load_draft_model(head_path, head_on_gpu, "EAGLE head")
         self._ee = self.lib.specee_ee_init(llm.ctx, self._draft_model, self.n_cand, n_threads)
@@ -71,6 +77,14 @@ class SpecEEDecoder(_NativeLoop):
                     raise RuntimeError(self.lib.specee_last_error().decode())
         self._ee_stats = native.EeStats()
         self._tok = (ctypes.c_int32 * 1)()
+        if copy_draft > 0:
+            self._copy = native.spec_lib().specee_drafter_init_exits(llm.ctx, self._ee, copy_draft)
+            if not self._copy:
+                msg = native.spec_lib().specee_drafter_last_error().decode()
+                self.close()
+                raise RuntimeError(msg)
+            self._copy_stats = native.DrafterStats()
+            self._out = (ctypes.c_int32 * 256)()
 
     def _error(self) -> RuntimeError:
         return RuntimeError(self.lib.specee_last_error().decode())
@@ -96,8 +110,44 @@ class SpecEEDecoder(_NativeLoop):
     def stream(
         self, tokens: list[int], s: p.Sampling, *, step_us: int = 0, progress: Progress | None = None
     ) -> Generator[int, None, None]:
+        if self._copy:
+            yield from self._combined(tokens, s, step_us, progress)
+            return
         # one native step (one token) a call whatever step_us asks: specee_ee_step has no multi-step form yet
         yield from (tok for tok, _rec, _cands in self._run(tokens, s, record=False, progress=progress))
+
+    def _combined(self, tokens: list[int], s: p.Sampling, step_us: int, progress: Progress | None) -> Iterator[int]:
+        spec = native.spec_lib()
+        smpl = make_sampler(self.llm, s)  # an exit step samples with it: never None here
+        self._configure(s)
+        self.lib.specee_ee_reset_stats(self._ee)
+        spec.specee_drafter_reset_stats(self._copy)
+        self._ee_stats, self._copy_stats = native.EeStats(), native.DrafterStats()
+        arr = (ctypes.c_int32 * len(tokens))(*tokens)
+        n_keep = _read_in_parts(self, tokens, arr, spec.specee_drafter_prefill, self._copy, progress, self._copy_error)
+        self._kv = tokens[: max(n_keep - 1, 0)]  # until the prefill succeeds (a stopped one keeps this)
+        first = spec.specee_drafter_prefill(self._copy, arr, len(tokens), n_keep, smpl.sampler)
+        if first < 0:
+            raise self._copy_error()
+        if progress is not None:
+            progress(len(tokens))
+        self._kv = list(tokens)
+        yield first
+        per_step = self.copy_draft + 1
+
+        def steps(room: int) -> int:
+            stats = ctypes.byref(self._copy_stats)
+            n = spec.specee_drafter_steps(self._copy, smpl.sampler, self._out, room, per_step, step_us, stats)
+            if n < 0:
+                raise self._copy_error()
+            self.lib.specee_ee_get_stats(self._ee, ctypes.byref(self._ee_stats))
+            return int(n)
+
+        n_past = lambda: self.lib.specee_ee_n_past(self._ee)  # noqa: E731
+        yield from self._stepped(steps, n_past, self._out, tokens, first, s.max_tokens, per_step)
+
+    def _copy_error(self) -> RuntimeError:
+        return RuntimeError(native.spec_lib().specee_drafter_last_error().decode())
 
     def record(self, tokens: list[int], s: p.Sampling) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """Full-depth greedy steps with every layer's candidate logits plus the head's log-probs of
@@ -156,6 +206,11 @@ class SpecEEDecoder(_NativeLoop):
             "draft_ms_per_step": st.t_draft_ms / steps,
             "confirmed_endings": st.n_confirmed,
         }
+        if self._copy:
+            cs = self._copy_stats
+            out["verify_steps"] = cs.n_steps - st.n_steps  # the steps that verified copy drafts
+            out["drafted"], out["accepted"] = cs.n_drafted, cs.n_accepted
+            out["acceptance_length"] = cs.n_emitted / max(cs.n_steps, 1)  # tokens per target pass
         if st.n_shadow:
             out["shadow_steps"] = st.n_shadow
             out["shadow_exits"] = st.n_shadow_exits
@@ -167,6 +222,9 @@ class SpecEEDecoder(_NativeLoop):
             self.lib.specee_ee_set_threads(self._ee, n)
 
     def close(self) -> None:
+        if self._copy:
+            native.spec_lib().specee_drafter_free(self._copy)  # before the early-exit handle it is bound to
+            self._copy = None
         if self._ee:
             self.lib.specee_ee_free(self._ee)
             self._ee = None

@@ -4,7 +4,9 @@
 // verification is ours, the one eagle.cpp runs too (verify.h): every emitted token is sampled from
 // the target's logits, so greedy output equals vanilla and sampling keeps the target's distribution.
 // "copy" is ours (copy-draft.h): prompt lookup that drafts only where this machine's verify costs
-// and the measured acceptance say it pays, else decodes one row as vanilla does.
+// and the measured acceptance say it pays, else decodes one row as vanilla does. Bound to an
+// early-exit handle (specee_drafter_init_exits, the combined mode), the copy drafter's one-row steps
+// are SpecEE's early-exit steps and its verify batches run through that handle, which feeds its head.
 // Built into libspecee-spec (patch 0006), not libllama: llama.cpp's common library links libllama.
 #include "copy-draft.h"
 #include "eagle-api.h"
@@ -38,6 +40,7 @@ struct specee_drafter {
     common_params_speculative params;
     common_speculative * spec = nullptr;  // llama.cpp's drafters
     std::unique_ptr<copy_drafter> copy;   // or ours
+    specee_ee * ee = nullptr;  // not owned: copy's one-row steps exit early and its verifies feed ee's head
     int32_t n_draft = 3;
     int32_t n_batch = 512;
 
@@ -126,6 +129,20 @@ specee_drafter * specee_drafter_init(llama_context * ctx_tgt, const char * type,
     return s;
 }
 
+specee_drafter * specee_drafter_init_exits(llama_context * ctx_tgt, specee_ee * ee, int32_t n_draft) {
+    if (ctx_tgt == nullptr || ee == nullptr || n_draft < 1 || n_draft > 64) {
+        g_error = "the combined drafter needs a target context, an early-exit handle and a draft length of 1..64";
+        return nullptr;
+    }
+    auto * s = new specee_drafter();
+    s->tgt = ctx_tgt;
+    s->ee = ee;
+    s->n_draft = n_draft;
+    s->n_batch = (int32_t) llama_n_batch(ctx_tgt);
+    s->copy = std::make_unique<copy_drafter>(n_draft);
+    return s;
+}
+
 void specee_drafter_set_threads(specee_drafter * s, int32_t n_threads) {
     if (s != nullptr && s->eagle != nullptr) {
         specee_eagle_set_threads(s->eagle, n_threads);
@@ -189,6 +206,43 @@ void trim(specee_drafter * s, llama_pos from) {
     }
 }
 
+void note_step(specee_drafter * s, int32_t k, int32_t n_out, double t0, double t1, double t2, specee_drafter_stats * stats) {
+    specee_drafter_stats & st = s->stats;
+    st.n_steps += 1;
+    st.n_drafted += k;
+    st.n_accepted += n_out - 1;
+    st.n_emitted += n_out;
+    st.t_draft_ms += t1 - t0;
+    st.t_verify_ms += t2 - t1;
+    if (stats) {
+        *stats = st;
+    }
+}
+
+// The combined mode's step, the copy drafter's draft in hand: none is an early-exit step, one or
+// more a verify batch through the early-exit handle. The copy drafter prices a draft against what
+// a one-row step costs here, so the exit steps' time is what it learns as that cost.
+int32_t exits_step(specee_drafter * s, llama_sampler * smpl, llama_token * out, double t0, double t1,
+                   specee_drafter_stats * stats) {
+    const int32_t k = (int32_t) s->draft.size();
+    const int32_t n_out = k == 0 ? specee_ee_step(s->ee, smpl, out, nullptr, nullptr, nullptr)
+                                 : specee_ee_verify(s->ee, smpl, s->draft.data(), k, out);
+    if (n_out <= 0) {
+        if (n_out < 0) {
+            g_error = specee_last_error();
+        }
+        return n_out;  // 0: the context is full
+    }
+    const double t2 = now_ms();
+    s->prompt.push_back(s->id_last);
+    s->prompt.insert(s->prompt.end(), s->draft.begin(), s->draft.begin() + (n_out - 1));
+    s->id_last = out[n_out - 1];
+    s->copy->feedback(k, n_out - 1, t2 - t1);
+    s->copy->sync(s->prompt);
+    note_step(s, k, n_out, t0, t1, t2, stats);
+    return n_out;
+}
+
 }  // namespace
 
 llama_token specee_drafter_prefill(specee_drafter * s, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
@@ -199,6 +253,16 @@ llama_token specee_drafter_prefill(specee_drafter * s, const llama_token * token
             g_error = specee_last_error();
         }
         return t;
+    }
+    if (s->ee != nullptr) {
+        s->id_last = specee_ee_prefill(s->ee, tokens, n_tokens, n_keep, smpl);
+        if (s->id_last < 0) {
+            g_error = specee_last_error();
+            return -1;
+        }
+        s->prompt.assign(tokens, tokens + n_tokens);
+        s->copy->reset(s->prompt);
+        return s->id_last;
     }
     if (n_tokens < 1 || n_tokens >= (int32_t) llama_n_ctx(s->tgt)) {
         g_error = "the prompt is empty or does not fit in the context";
@@ -253,6 +317,9 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
         }
     }
     const double t1 = now_ms();
+    if (s->ee != nullptr) {
+        return exits_step(s, smpl, out, t0, t1, stats);
+    }
     const int32_t k = (int32_t) s->draft.size();
     llama_tokens batch_tokens = {s->id_last};
     batch_tokens.insert(batch_tokens.end(), s->draft.begin(), s->draft.end());
@@ -274,17 +341,7 @@ int32_t specee_drafter_step(specee_drafter * s, llama_sampler * smpl, llama_toke
         s->copy->feedback(k, n_accepted, t2 - t1);
         s->copy->sync(s->prompt);
     }
-
-    specee_drafter_stats & st = s->stats;
-    st.n_steps += 1;
-    st.n_drafted += k;
-    st.n_accepted += n_accepted;
-    st.n_emitted += n_out;
-    st.t_draft_ms += t1 - t0;
-    st.t_verify_ms += t2 - t1;
-    if (stats) {
-        *stats = st;
-    }
+    note_step(s, k, n_out, t0, t1, t2, stats);
     return n_out;
 }
 
@@ -311,10 +368,16 @@ int32_t specee_drafter_steps(specee_drafter * s, llama_sampler * smpl, llama_tok
 }
 
 llama_context * specee_drafter_draft_context(const specee_drafter * s) {
+    if (s->ee != nullptr) {
+        return specee_ee_draft_context(s->ee);
+    }
     return s->eagle != nullptr ? specee_eagle_draft_context(s->eagle) : s->dft;
 }
 
 int32_t specee_drafter_n_past(const specee_drafter * s) {
+    if (s->ee != nullptr) {
+        return specee_ee_n_past(s->ee);
+    }
     return s->eagle != nullptr ? specee_eagle_n_past(s->eagle) : (int32_t) s->prompt.size();
 }
 
