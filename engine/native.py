@@ -88,6 +88,7 @@ def lib() -> ctypes.CDLL:
         "specee_ee_set_vocab_predictor": ([vp, f32p, ctypes.c_float, ctypes.c_float], i32),
         "specee_ee_verify": ([vp, vp, ctypes.POINTER(i32), i32, ctypes.POINTER(i32)], i32),
         "specee_ee_n_past": ([vp], i32),
+        "specee_ee_set_use_head": ([vp, ctypes.c_bool], None),
         "specee_ee_get_stats": ([vp, ctypes.POINTER(EeStats)], None),
         "specee_exit_features": ([f32p, f32p, f32p, i32, f32p], None),
         "specee_set_first_layers_on_gpu": ([i32, ctypes.c_bool], None),

@@ -174,7 +174,7 @@ def test_the_error_kinds_include_the_remote_engines_and_every_kind_has_a_title_f
 
 def test_remote_is_a_mode_the_engine_reports_but_no_local_load_or_setting_offers() -> None:
     assert p.Mode.REMOTE == "remote" and "remote" not in p.MODES
-    assert p.MODES == ("auto", "vanilla", "eagle", "specee", "ngram", "draft")
+    assert p.MODES == ("auto", "vanilla", "eagle", "specee", "ngram", "draft", "combined")
     assert p.decode(p.encode(p.Stats("r1", mode="remote"))).mode is p.Mode.REMOTE  # type: ignore[attr-defined]
 
 

@@ -18,7 +18,7 @@ from llama_cpp import Llama
 from engine import native
 from engine import protocol as p
 from engine.llm.chat_prompt import ChatPrompt
-from engine.llm.decoders import SpecEEDecoder, VanillaDecoder
+from engine.llm.decoders import SpecEEDecoder, VanillaDecoder, make_sampler
 from engine.llm.load import capture_head_layers
 from engine.llm.target import Target
 from engine.models.acceleration import head_target_layers
@@ -323,3 +323,69 @@ def test_an_exit_onto_a_stop_token_is_confirmed_at_full_depth(llm: Target, model
     want = _take(vanilla.stream([*tokens, *forced[:i]], p.Sampling.greedy(1)), 1)
     vanilla.forget()
     assert got[i] == want[0]
+
+
+def test_a_verify_batch_feeds_the_head_as_one_row_steps_would(llm: Target, model_path: Path) -> None:
+    """The combined mode's verify (specee_ee_verify): the drafts it accepts and the token after
+    them are the target's own, and the head is left as if those tokens had been decoded one row at a
+    time: the next step's candidates are the same. Also after a draft rejected halfway."""
+    if _on_gpu(llm):
+        pytest.skip("checked on the CPU, whose verify rows equal one-row decodes bit for bit")
+    tokens = _tokens(llm, model_path, QUESTIONS[0])
+    dec = SpecEEDecoder(llm, HEAD, None, 2, exits=False)
+    try:
+        steps = list(zip(dec._run(tokens, p.Sampling.greedy(12), record=False), range(12), strict=False))
+        want = [tok for (tok, _, _), _ in steps]  # want[0]: the prefill's; step i decodes want[i], emits want[i + 1]
+        cands = [c for (_, _, c), _ in steps[1:]]  # the candidates step i picks among
+        lib = native.lib()
+        smpl = make_sampler(llm, p.Sampling.greedy(12))
+        arr = (ctypes.c_int32 * len(tokens))(*tokens)
+        assert lib.specee_ee_prefill(dec._ee, arr, len(tokens), 0, smpl.sampler) == want[0]
+        n_past = lib.specee_ee_n_past(dec._ee)
+        out, tok = (ctypes.c_int32 * 4)(), (ctypes.c_int32 * 1)()
+        got_cands = np.zeros(len(cands[0]), np.int32)
+        cp = got_cands.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+
+        def verify(draft: list[int]) -> list[int]:
+            n = lib.specee_ee_verify(dec._ee, smpl.sampler, (ctypes.c_int32 * len(draft))(*draft), len(draft), out)
+            return list(out[:n])
+
+        assert verify(want[1:4]) == want[1:5]  # all three confirmed, then the target's next token
+        assert lib.specee_ee_n_past(dec._ee) == n_past + 4
+        assert lib.specee_ee_step(dec._ee, smpl.sampler, tok, None, cp, None) == 1
+        assert tok[0] == want[5] and list(got_cands) == list(cands[4])
+        wrong = (want[7] + 1) % llm.n_vocab()
+        assert verify([want[6], wrong, want[8]]) == want[6:8]  # the second draft is rejected
+        assert lib.specee_ee_step(dec._ee, smpl.sampler, tok, None, cp, None) == 1
+        assert tok[0] == want[8] and list(got_cands) == list(cands[7])
+    finally:
+        dec.close()
+
+
+COPY_PROMPT = (
+    "Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, peaches, figs, dates, "
+    "grapes, melons, lemons, limes."
+)
+
+
+def test_the_combined_mode_with_exits_off_equals_vanilla_and_verifies_copy_drafts(llm: Target, model_path: Path) -> None:
+    """copy_draft > 0: the copy drafter's drafts are verified through the early-exit handle and the
+    other steps are its one-row steps; with exits off every token is the target's own."""
+    if _on_gpu(llm):
+        pytest.skip("the verify path is the same on every backend; the GPU's rows have their own tests")
+    tokens = _tokens(llm, model_path, COPY_PROMPT)
+    vanilla = VanillaDecoder(llm)
+    want = _take(vanilla.stream(tokens, p.Sampling.greedy(64)), 64)
+    vanilla.forget()
+    dec = SpecEEDecoder(llm, HEAD, None, 2, exits=False, copy_draft=8)
+    try:
+        got = _take(dec.stream(tokens, p.Sampling.greedy(64), step_us=20_000), 64)
+        st = dec.accel_stats()
+        again = _take(dec.stream([*tokens, *got[:-1], 0][: len(tokens)], p.Sampling.greedy(64)), 64)
+    finally:
+        dec.close()
+    assert got == want
+    assert st["accepted"] > 0 and st["verify_steps"] > 0, st  # drafts were verified, and some confirmed
+    assert st["steps"] + st["verify_steps"] < len(want) - 1  # fewer target passes than tokens
+    assert st["exit_rate"] == 0.0
+    assert again == want  # the cached prompt reused: the same answer

@@ -56,7 +56,11 @@ def print_report(report: dict) -> None:
         if m.get("planner_predicted_tok_s"):
             pred = m["planner_predicted_tok_s"]
             print(f"  planner predicted {pred:.1f} tok/s (measured {m['decode_tok_s_median'] / pred:.2f}x of it)")
-        if "acceptance_length_median" in m:
+        if "verify_ms_per_verify_step_median" in m:  # combined: copy drafts verified, exit steps elsewhere
+            verify = m["verify_ms_per_verify_step_median"]
+            print(f"  copy drafts: {m['acceptance_length_median']:.2f} tokens per target pass,"
+                  f" accept {m['accept_rate_median']:.2f}; a verify step {verify:.1f} ms")  # fmt: skip
+        elif "acceptance_length_median" in m:
             feed = f", feed {m['feed_ms_per_step_median']:.1f} ms" if "feed_ms_per_step_median" in m else ""
             print(f"  acceptance length {m['acceptance_length_median']:.2f} tok/step, accept {m['accept_rate_median']:.2f};"
                   f" per step: draft {m['draft_ms_per_step_median']:.1f} ms,"

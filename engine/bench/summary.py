@@ -58,7 +58,8 @@ class ModeReport:
             "prefill_tok_s_median": _median([s.prefill_tok_s for s in self.samples]),
             "ttft_ms_median": _median([s.ttft_ms for s in self.samples]),
         }
-        for key in ("acceptance_length", "accept_rate", "draft_ms_per_step", "verify_ms_per_step", "feed_ms_per_step"):
+        for key in ("acceptance_length", "accept_rate", "draft_ms_per_step", "verify_ms_per_step", "feed_ms_per_step",
+                    "verify_ms_per_verify_step"):  # fmt: skip
             values = [s.accel[key] for s in self.samples if key in s.accel]
             if values:
                 out[f"{key}_median"] = _median(values)

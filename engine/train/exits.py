@@ -26,6 +26,8 @@ from engine.prompts import BenchPrompt
 from engine.train.magpie import mixed_prompts
 
 DATA_FILE = "exit-data.npz"
+# native/src/early-exit.cpp specee_ee::SHORTLIST_CTX_ROWS: the rows of context tokens after the draft vocabulary's
+SHORTLIST_CTX_ROWS = 2048
 
 
 @dataclass
@@ -327,10 +329,13 @@ def fit_predictors(
     vocab_size: int = 49152,
     n_dv: int = 4096,
     max_skip: int = MAX_SKIP_LAYERS,
+    draft_cost: float = 0.0,
 ) -> tuple[ExitPredictors, dict]:
     """n_cand > 0 keeps only the head's first n_cand candidates of the recording (they are stored
     in the head's rank order), so one recording serves every candidate count. Exits skip at most
-    max_skip layers (MAX_SKIP_LAYERS)."""
+    max_skip layers (MAX_SKIP_LAYERS). draft_cost > 0, the EAGLE head's own step in layers: where
+    the shortlist's exits alone cost less per token than the layer checks with the head running
+    for their candidates, the predictors keep no layer, and the engine runs no head."""
     t0 = time.monotonic()
     if n_cand:
         data = ExitData(
@@ -367,6 +372,27 @@ def fit_predictors(
         if gain > 0:
             out.vocab_head = ([float(v) for v in vw], vb, float(vthr))
             vocab_metrics["vocab_head_precision"] = round(float(vy[is_held][running][hit].mean()), 4)
+        if draft_cost > 0:
+            # the shortlist alone, calibrated on every held-out step: no candidates, so no head
+            zall, yall = vf[is_held] @ vw + vb, vy[is_held]
+            athr = calibrate(zall[:, None], yall[:, None], vocab_precision)[0]
+            fire = zall > athr if np.isfinite(athr) else np.zeros(len(zall), bool)
+            alone = n_layer + vocab_cost + (1.0 - float(fire.mean())) * head_cost
+            with_head = step_cost(z_cal, y[is_held], thr, schedule, n_layer, head_cost, check_cost) + draft_cost
+            if out.vocab_head is not None:
+                with_head -= gain
+            vocab_metrics |= {
+                "shortlist_alone_exit_rate": round(float(fire.mean()), 4),
+                "shortlist_alone_precision": round(float(yall[fire].mean()), 4) if fire.any() else 1.0,
+                "cost_layers_shortlist_alone": round(alone, 3),
+                "cost_layers_with_head": round(with_head, 3),
+                "draft_cost_layers": round(draft_cost, 3),
+            }
+            if fire.any() and alone < with_head:
+                schedule = []
+                sim = simulate(z_cal, y[is_held], thr, schedule, n_layer)
+                out.vocab_head = ([float(v) for v in vw], vb, float(athr))
+                vocab_metrics["vocab_head_precision"] = vocab_metrics["shortlist_alone_precision"]
     for layer in schedule:
         pr = preds[layer]
         pr.threshold = float(thr[layer])
@@ -415,6 +441,13 @@ def head_cost_in_layers(model: Path) -> float:
     return (head or embd) / per_layer
 
 
+def _output_bytes(model: Path) -> int:
+    from gguf import GGUFReader
+
+    ts = {t.name: int(t.n_bytes) for t in GGUFReader(str(model)).tensors if t.name in ("output.weight", "token_embd.weight")}
+    return ts.get("output.weight") or ts.get("token_embd.weight", 0)
+
+
 def write_manifest_entry(manifest_path: Path, entry: dict) -> None:
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     manifest["exits"] = entry
@@ -457,17 +490,20 @@ def train_exits(
     d2t = [t for t in GGUFReader(str(head)).tensors if t.name == "d2t"]
     n_dv = int(d2t[0].data.shape[0]) if d2t else 0
     vocab_size = len(GGUFReader(str(model)).fields["tokenizer.ggml.tokens"].data)
+    # the EAGLE head's own step, in layers by the bytes it reads (as head_cost_in_layers)
+    draft_cost = head_cost_in_layers(model) * head.stat().st_size / max(1, _output_bytes(model))
     preds, metrics = fit_predictors(
         data,
         sha,
         precision=precision,
         epochs=epochs,
-        n_dv=n_dv,
+        n_dv=n_dv + SHORTLIST_CTX_ROWS,  # every shortlist row is multiplied, used or not
         vocab_size=vocab_size,
         vocab_precision=precision,
         head_cost=head_cost_in_layers(model),
         check_cost=check_cost,
         max_skip=max_skip,
+        draft_cost=draft_cost,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     save_predictors(preds, out)

@@ -60,13 +60,23 @@ struct specee_ee {
     bool fill = true;
     std::mt19937 rng{1234};
 
-    // The lm_head rows of the head's draft vocabulary (its d2t), stored compactly in the model's
-    // own type: after the last layer they stand in for the full lm_head when a small linear
-    // predictor on their logits is sure the full argmax lies among them.
+    // The shortlist: the lm_head rows of the head's draft vocabulary (its d2t), then those of the
+    // tokens in the target's cache that it lacks (a name the answer copies from the prompt: on
+    // Qwen2.5-Coder-1.5B they took the full arg max's share inside it from 90.0% to 93.2%), up to
+    // SHORTLIST_CTX_ROWS, stored compactly in the model's own type. After the last layer they
+    // stand in for the full lm_head when a small linear predictor on their logits is sure the full
+    // arg max lies among them. The context rows are a function of the cached tokens alone (rebuilt
+    // at each prefill), so an answer does not depend on what the process decoded before.
+    static constexpr int32_t SHORTLIST_CTX_ROWS = 2048;
     ggml_context * dv_ctx = nullptr;
     ggml_backend_buffer_t dv_buf = nullptr;
     ggml_tensor * w_dv = nullptr;
-    std::vector<llama_token> dv_ids;
+    ggml_tensor * output = nullptr;       // the lm_head, whose rows the context rows copy
+    std::vector<llama_token> dv_ids;      // the shortlist's tokens: n_dv draft-vocabulary rows, then context rows
+    int32_t n_dv = 0;
+    std::vector<uint8_t> in_shortlist;    // per vocabulary token
+    std::vector<uint8_t> row_buf;
+    bool use_head = true;  // false: no EAGLE head runs (no candidates); only the shortlist exits
     bool vocab_on = false;
     float vocab_w[SPECEE_EE_N_VOCAB_FEATURES] = {0};
     float vocab_b = 0.0f, vocab_thr = 0.0f;
@@ -137,6 +147,37 @@ llama_token vocab_exit_token(specee_ee * x, const float * v) {
         return -1;
     }
     return x->dv_ids[best];
+}
+
+// Rows of the shortlist for tokens not in it yet (the draft vocabulary's at init, then context
+// tokens while there is room).
+void shortlist_add(specee_ee * x, const llama_token * tokens, int32_t n) {
+    if (x->w_dv == nullptr) {
+        return;
+    }
+    const size_t row = x->output->nb[1];
+    x->row_buf.resize(row);
+    for (int32_t i = 0; i < n && (int64_t) x->dv_ids.size() < x->w_dv->ne[1]; ++i) {
+        const llama_token t = tokens[i];
+        if (t < 0 || t >= (llama_token) x->in_shortlist.size() || x->in_shortlist[t]) {
+            continue;
+        }
+        ggml_backend_tensor_get(x->output, x->row_buf.data(), (size_t) t * row, row);
+        ggml_backend_tensor_set(x->w_dv, x->row_buf.data(), x->dv_ids.size() * row, row);
+        x->in_shortlist[t] = 1;
+        x->dv_ids.push_back(t);
+    }
+}
+
+// The context rows of exactly these cached tokens (a prefill's).
+void shortlist_reset(specee_ee * x, const llama_token * tokens, int32_t n) {
+    for (size_t i = x->n_dv; i < x->dv_ids.size(); ++i) {
+        x->in_shortlist[x->dv_ids[i]] = 0;
+    }
+    if (!x->dv_ids.empty()) {
+        x->dv_ids.resize(x->n_dv);
+    }
+    shortlist_add(x, tokens, n);
 }
 
 // The candidate an exit emits: the best one (greedy) or one sampled from their softmax.
@@ -298,17 +339,20 @@ specee_ee * specee_ee_init(llama_context * ctx_tgt, llama_model * head, int32_t 
         ggml_backend_tensor_get(d2t_map, d2t.data(), 0, sizeof(int64_t) * n_dv);
         ggml_init_params ip = {ggml_tensor_overhead() * 2, nullptr, true};
         x->dv_ctx = ggml_init(ip);
-        x->w_dv = ggml_new_tensor_2d(x->dv_ctx, output->type, x->n_embd, n_dv);
+        x->w_dv = ggml_new_tensor_2d(x->dv_ctx, output->type, x->n_embd, n_dv + specee_ee::SHORTLIST_CTX_ROWS);
         ggml_set_name(x->w_dv, "specee_draft_vocab_head");
         x->dv_buf = ggml_backend_alloc_ctx_tensors_from_buft(
             x->dv_ctx, ggml_backend_dev_buffer_type(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)));  // host memory; no link to ggml-cpu (a loadable module)
-        const size_t row = output->nb[1];
-        std::vector<uint8_t> buf(row);
+        ggml_backend_buffer_clear(x->dv_buf, 0);  // unused context rows: logits 0, never read
+        x->output = output;
+        x->in_shortlist.assign(llama_vocab_n_tokens(llama_model_get_vocab(&model)), 0);
         for (int64_t i = 0; i < n_dv; ++i) {
-            ggml_backend_tensor_get(output, buf.data(), (size_t) d2t[i] * row, row);
-            ggml_backend_tensor_set(x->w_dv, buf.data(), (size_t) i * row, row);
-            x->dv_ids.push_back((llama_token) d2t[i]);
+            const llama_token t = (llama_token) d2t[i];
+            if (t >= 0 && t < (llama_token) x->in_shortlist.size() && !x->in_shortlist[t]) {
+                shortlist_add(x, &t, 1);
+            }
         }
+        x->n_dv = (int32_t) x->dv_ids.size();
     }
     x->step.cand.assign(n_cand, 0);
     x->cand_draft_lp.assign(n_cand, 0.0f);
@@ -401,8 +445,45 @@ void specee_ee_set_fill(specee_ee * x, bool fill) {
     x->fill = fill;
 }
 
+void specee_ee_set_use_head(specee_ee * x, bool on) {
+    x->use_head = on;
+}
+
+namespace {
+
+// The prompt on the target alone (no head to feed): as specee_eagle_prefill without its head rows.
+llama_token prefill_target(specee_ee * x, const llama_token * tokens, int32_t n_tokens, int32_t n_keep, llama_sampler * smpl) {
+    specee_eagle * e = x->e;
+    if (n_tokens < 1 || n_tokens >= (int32_t) llama_n_ctx(x->tgt)) {
+        specee_error_msg = "the prompt is empty or does not fit in the context";
+        return -1;
+    }
+    const int32_t start = std::max(0, std::min(n_keep, n_tokens) - 1);  // re-decode one token for its logits
+    llama_memory_seq_rm(llama_get_memory(x->tgt), 0, start, -1);
+    for (int32_t c0 = start; c0 < n_tokens; c0 += e->n_batch) {
+        const int32_t n = std::min(e->n_batch, n_tokens - c0);
+        batch_guard b(llama_batch_init(n, 0, 1));
+        std::copy(tokens + c0, tokens + c0 + n, b.b.token);
+        set_rows(b.b, n, c0, false);
+        b.b.logits[n - 1] = c0 + n == n_tokens;
+        if (llama_decode(x->tgt, b.b) != 0) {
+            specee_error_msg = "target decode failed during the prompt";
+            return -1;
+        }
+    }
+    e->n_past = n_tokens;
+    e->id_last = specee_pick(smpl, x->tgt, -1);
+    return e->id_last;
+}
+
+}  // namespace
+
 llama_token specee_ee_prefill(specee_ee * x, const llama_token * tokens, int32_t n_tokens, int32_t n_keep,
                               llama_sampler * smpl) {
+    shortlist_reset(x, tokens, std::max(n_tokens, 0));
+    if (!x->use_head) {
+        return prefill_target(x, tokens, n_tokens, n_keep, smpl);
+    }
     const llama_token t = specee_eagle_prefill(x->e, tokens, n_tokens, n_keep, smpl);
     if (t >= 0) {
         set_candidates(x, llama_get_logits_ith(x->e->dft, 0), x->e->n_vocab);
@@ -477,6 +558,7 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
     const bool shadow = record == nullptr && x->shadow_every > 0 && x->stats.n_steps % x->shadow_every == 0;
     x->no_exit = record != nullptr || shadow;
     x->recording = record != nullptr;
+    shortlist_add(x, &e->id_last, 1);  // the token this step decodes enters the cache
     if (!decode_target(x)) {
         return -1;
     }
@@ -524,20 +606,22 @@ int32_t specee_ee_step(specee_ee * x, llama_sampler * smpl, llama_token * out, f
     } else {
         token = llama_sampler_sample(smpl, x->tgt, 0);
     }
-    const bool hit = std::find(x->step.cand.begin(), x->step.cand.end(), token) != x->step.cand.end();
+    const bool hit = x->use_head && std::find(x->step.cand.begin(), x->step.cand.end(), token) != x->step.cand.end();
 
     // Next candidates: the head's row for (token, features of this step).
-    if (!encode_features(e, 0, 1, x->exit_layer, x->h_exit.data())) {
-        return -1;
+    if (x->use_head) {
+        if (!encode_features(e, 0, 1, x->exit_layer, x->h_exit.data())) {
+            return -1;
+        }
+        llama_memory_seq_rm(llama_get_memory(e->dft), 0, e->n_past, -1);
+        if (!draft_decode(e, &token, e->g.data(), 1, e->n_past, true)) {
+            return -1;
+        }
+        const float * dl = llama_get_logits_ith(e->dft, 0);
+        set_candidates(x, dl, e->n_vocab);
+        e->first_draft = x->step.cand[0];
+        keep_draft_state(e, 0);
     }
-    llama_memory_seq_rm(llama_get_memory(e->dft), 0, e->n_past, -1);
-    if (!draft_decode(e, &token, e->g.data(), 1, e->n_past, true)) {
-        return -1;
-    }
-    const float * dl = llama_get_logits_ith(e->dft, 0);
-    set_candidates(x, dl, e->n_vocab);
-    e->first_draft = x->step.cand[0];
-    keep_draft_state(e, 0);
     e->n_past += 1;
     e->id_last = token;
     const double t2 = now_ms();
@@ -588,18 +672,22 @@ int32_t specee_ee_verify(specee_ee * x, llama_sampler * smpl, const llama_token 
     //    EAGLE verify (eagle.cpp), and its last row gives the next step's candidates
     const int32_t base = e->n_past;
     llama_memory_seq_rm(llama_get_memory(x->tgt), 0, base + n_out, -1);
-    if (!encode_features(e, 0, n_out, -1, nullptr)) {
-        return -1;
+    shortlist_add(x, &e->id_last, 1);  // the kept tokens enter the cache
+    shortlist_add(x, draft, accepted);
+    if (x->use_head) {
+        if (!encode_features(e, 0, n_out, -1, nullptr)) {
+            return -1;
+        }
+        llama_memory_seq_rm(llama_get_memory(e->dft), 0, base, -1);
+        std::vector<llama_token> toks(draft, draft + accepted);
+        toks.push_back(out[accepted]);
+        if (!draft_decode(e, toks.data(), e->g.data(), n_out, base, true)) {
+            return -1;
+        }
+        set_candidates(x, llama_get_logits_ith(e->dft, accepted), e->n_vocab);
+        e->first_draft = x->step.cand[0];
+        keep_draft_state(e, accepted);
     }
-    llama_memory_seq_rm(llama_get_memory(e->dft), 0, base, -1);
-    std::vector<llama_token> toks(draft, draft + accepted);
-    toks.push_back(out[accepted]);
-    if (!draft_decode(e, toks.data(), e->g.data(), n_out, base, true)) {
-        return -1;
-    }
-    set_candidates(x, llama_get_logits_ith(e->dft, accepted), e->n_vocab);
-    e->first_draft = x->step.cand[0];
-    keep_draft_state(e, accepted);
     e->n_past = base + n_out;
     e->id_last = out[accepted];
     return n_out;

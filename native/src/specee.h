@@ -170,9 +170,10 @@ LLAMA_API int32_t specee_ee_set_predictor(struct specee_ee * x, int32_t layer, i
                                           const float * b1, const float * w2, float b2, float threshold);
 LLAMA_API void specee_ee_clear_predictors(struct specee_ee * x);
 
-// After the last layer, the lm_head rows of the head's draft vocabulary (d2t) can stand in for
-// the full lm_head: when w . f + b > threshold (f: top logit, top-1/top-2 margin, log-sum-exp
-// minus top) the token is their arg max. w NULL turns it off. -1 if the head has no d2t.
+// After the last layer, the shortlist (the lm_head rows of the head's draft vocabulary, d2t, and
+// of the tokens in the target's cache it lacks, up to 2048) can stand in for the full lm_head:
+// when w . f + b > threshold (f: top logit, top-1/top-2 margin, log-sum-exp minus top) the token
+// is their arg max. w NULL turns it off. -1 if the head has no d2t.
 LLAMA_API int32_t specee_ee_set_vocab_predictor(struct specee_ee * x, const float * w, float b, float threshold);
 
 // exits: use the predictors; force_layer >= 0: exit at that layer on every step (tests);
@@ -193,6 +194,10 @@ LLAMA_API void specee_ee_set_stop_tokens(struct specee_ee * x, const llama_token
 // fill = false leaves the skipped layers' K/V unwritten at an exit (SpecEE's original policy;
 // only for measuring what the fill is worth). Default true.
 LLAMA_API void specee_ee_set_fill(struct specee_ee * x, bool fill);
+
+// false: the EAGLE head never runs (no candidates, so no exit before the last layer): only the
+// shortlist's exits after it, for predictors without layers (set before a prefill; default true).
+LLAMA_API void specee_ee_set_use_head(struct specee_ee * x, bool on);
 
 // Prompt prefill (as specee_drafter_prefill), then the first candidates.
 LLAMA_API llama_token specee_ee_prefill(struct specee_ee * x, const llama_token * tokens, int32_t n_tokens,

@@ -61,6 +61,10 @@ class SpecEEDecoder(_NativeLoop):
         # what any mode would have computed: it may be kept and restored (engine/llm/kv_states.py)
         self._exits_skip_layers = bool(predictors and min(predictors.layers, default=self.n_layer) < self.n_layer - 1)
         self.lib.specee_ee_set_fill(self._ee, fill)
+        # Predictors with no layer to check exit only after the last layer, on the shortlist: the
+        # EAGLE head (whose candidates only layer checks read) need not run at all
+        self.uses_head = not (predictors and not predictors.layers and predictors.vocab_head is not None)
+        self.lib.specee_ee_set_use_head(self._ee, self.uses_head)
         self.exits, self.force_layer, self.shadow_every = exits, force_layer, shadow_every
         if predictors and predictors.vocab_head is not None:
             w, b, thr = predictors.vocab_head
@@ -94,7 +98,7 @@ class SpecEEDecoder(_NativeLoop):
         return not self._exits_skip_layers and self.force_layer < 0
 
     def _head_ctx(self) -> Any:
-        return self.lib.specee_ee_draft_context(self._ee) if self._ee else None
+        return self.lib.specee_ee_draft_context(self._ee) if self._ee and self.uses_head else None
 
     def _configure(self, s: p.Sampling) -> None:
         seed = s.seed if s.seed >= 0 else random.getrandbits(32)
@@ -208,9 +212,14 @@ class SpecEEDecoder(_NativeLoop):
         }
         if self._copy:
             cs = self._copy_stats
-            out["verify_steps"] = cs.n_steps - st.n_steps  # the steps that verified copy drafts
+            verify_steps = cs.n_steps - st.n_steps  # the steps that verified copy drafts
+            out["verify_steps"] = verify_steps
             out["drafted"], out["accepted"] = cs.n_drafted, cs.n_accepted
+            out["accept_rate"] = cs.n_accepted / max(cs.n_drafted, 1)
             out["acceptance_length"] = cs.n_emitted / max(cs.n_steps, 1)  # tokens per target pass
+            # the drafter's step time less the exit steps' own: what the verify steps took
+            verify_ms = cs.t_verify_ms - st.t_target_ms - st.t_draft_ms
+            out["verify_ms_per_verify_step"] = verify_ms / max(verify_steps, 1)
         if st.n_shadow:
             out["shadow_steps"] = st.n_shadow
             out["shadow_exits"] = st.n_shadow_exits
