@@ -59,7 +59,8 @@ def _specee(accel: dict[str, Any], short: bool) -> str:
             where = f"exits {_pct(rate)} early"
         else:
             where = f"exits {_pct(rate)} ({_pct(early)} early)"
-        return f"{where} · {layers}/{n} layers · hit {_pct(hit)}"
+        hit_part = f" · hit {_pct(hit)}" if accel.get("uses_head", True) else ""
+        return f"{where} · {layers}/{n} layers{hit_part}{_copy(accel, short)}"
     if not rate:
         where = "no exits: every step ran all layers and the lm_head"
     elif split is None:
@@ -74,7 +75,17 @@ def _specee(accel: dict[str, Any], short: bool) -> str:
             where = f"exits {_pct(rate, d)} of steps: {_pct(early, d)} {before}, {_pct(last, d)} {after}"
         else:
             where = f"exits {_pct(rate, d)} of steps, all {before if early else after}"
-    return f"{where} · {layers} of {n} layers run per token · candidates hit {_pct(hit)}"
+    # without layer predictors no EAGLE head runs: there are no candidates, only the shortlist
+    hit_part = f" · candidates hit {_pct(hit)}" if accel.get("uses_head", True) else ""
+    return f"{where} · {layers} of {n} layers run per token{hit_part}{_copy(accel, short)}"
+
+
+def _copy(accel: dict[str, Any], short: bool) -> str:
+    """The combined mode's copy drafts, where they ran."""
+    if "acceptance_length" not in accel:
+        return ""
+    per = "tok/pass" if short else "tokens per target pass"
+    return f" · {accel['acceptance_length']:.2f} {per}"
 
 
 def accel_summary(mode: str, accel: dict[str, Any], short: bool = False) -> str:

@@ -22,6 +22,7 @@ from engine.llm.decoders import SpecEEDecoder, VanillaDecoder, make_sampler
 from engine.llm.load import capture_head_layers
 from engine.llm.target import Target
 from engine.models.acceleration import head_target_layers
+from engine.models.exit_predictors import ExitPredictors
 from engine.models.gguf_file import inspect_gguf
 from engine.paths import RESOURCES_DIR
 from tests.conftest import BACKENDS, device_cases, gpu_layers
@@ -329,8 +330,6 @@ def test_a_verify_batch_feeds_the_head_as_one_row_steps_would(llm: Target, model
     """The combined mode's verify (specee_ee_verify): the drafts it accepts and the token after
     them are the target's own, and the head is left as if those tokens had been decoded one row at a
     time: the next step's candidates are the same. Also after a draft rejected halfway."""
-    if _on_gpu(llm):
-        pytest.skip("checked on the CPU, whose verify rows equal one-row decodes bit for bit")
     tokens = _tokens(llm, model_path, QUESTIONS[0])
     dec = SpecEEDecoder(llm, HEAD, None, 2, exits=False)
     try:
@@ -371,8 +370,6 @@ COPY_PROMPT = (
 def test_the_combined_mode_with_exits_off_equals_vanilla_and_verifies_copy_drafts(llm: Target, model_path: Path) -> None:
     """copy_draft > 0: the copy drafter's drafts are verified through the early-exit handle and the
     other steps are its one-row steps; with exits off every token is the target's own."""
-    if _on_gpu(llm):
-        pytest.skip("the verify path is the same on every backend; the GPU's rows have their own tests")
     tokens = _tokens(llm, model_path, COPY_PROMPT)
     vanilla = VanillaDecoder(llm)
     want = _take(vanilla.stream(tokens, p.Sampling.greedy(64)), 64)
@@ -389,3 +386,69 @@ def test_the_combined_mode_with_exits_off_equals_vanilla_and_verifies_copy_draft
     assert st["steps"] + st["verify_steps"] < len(want) - 1  # fewer target passes than tokens
     assert st["exit_rate"] == 0.0
     assert again == want  # the cached prompt reused: the same answer
+
+
+def _draft_vocab() -> set[int]:
+    return {int(t) for t in next(t for t in gguf.GGUFReader(str(HEAD)).tensors if t.name == "d2t").data}
+
+
+# A made-up name the answer copies: several of its tokens are not in the head's draft vocabulary
+RARE_NAME_PROMPT = "My cat is called Zorblathix Quenvirrup. Write two sentences about Zorblathix Quenvirrup."
+
+
+def test_the_shortlist_holds_the_cached_tokens_beside_the_draft_vocabulary(llm: Target, model_path: Path) -> None:
+    """After the last layer the shortlist's logits (the draft vocabulary's lm_head rows, then the
+    rows of the cached tokens it lacks) give the full lm_head's arg max and top logit wherever
+    that token is in either: also where the answer copies a name from the prompt. The shortlist
+    runs on the CPU: with the lm_head on a GPU, which rounds otherwise, away from ties."""
+    gpu = _on_gpu(llm)
+    tokens = _tokens(llm, model_path, RARE_NAME_PROMPT)
+    dv = _draft_vocab()
+    dec = SpecEEDecoder(llm, HEAD, None, 2)
+    steps = []
+    try:
+        for n, (tok, rec, _cands) in enumerate(dec.record(tokens, p.Sampling.greedy(40))):
+            full = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, 0), shape=(llm.n_vocab(),))
+            top2 = np.sort(full)[-2:]
+            steps.append((tok, rec[-1, :4].copy(), float(top2[1]), float(top2[1] - top2[0]), list(dec._kv)))
+            if n >= 39:
+                break
+    finally:
+        dec.close()
+    copied = 0
+    for tok, vocab, top, gap, cached in steps:
+        if (tok in dv or tok in cached) and (not gpu or gap > 0.1):
+            assert int(vocab[3]) == tok and vocab[0] == pytest.approx(top, rel=2e-2 if gpu else 0, abs=1e-3)
+            copied += tok not in dv
+    assert copied >= 2  # the name's rare tokens came from the cached rows
+
+
+def test_without_layer_predictors_the_head_never_runs_and_the_shortlist_exits(llm: Target, model_path: Path) -> None:
+    """Predictors with a shortlist predictor and no layer: no EAGLE head runs (no candidates, no
+    head cache to keep), and each exit emits the shortlist's arg max, which is vanilla's token
+    wherever that token is in the shortlist (on the CPU, where both round alike). A predictor
+    never sure leaves vanilla's answer."""
+    tokens = _tokens(llm, model_path, RARE_NAME_PROMPT)
+    vanilla = VanillaDecoder(llm)
+    want = _take(vanilla.stream(tokens, p.Sampling.greedy(40)), 40)
+    vanilla.forget()
+    dv = _draft_vocab()
+    first_miss = next((i for i, t in enumerate(want) if i and t not in dv and t not in tokens + want[:i]), len(want))
+    always = ExitPredictors(32, llm.n_layer(), "", vocab_head=([0.0, 0.0, 0.0], 1.0, 0.0))
+    never = ExitPredictors(32, llm.n_layer(), "", vocab_head=([0.0, 0.0, 0.0], 0.0, 1.0))
+    for preds in (always, never):
+        dec = SpecEEDecoder(llm, HEAD, preds, 2)
+        try:
+            assert not dec.uses_head and dec.head_state() is None
+            got = _take(dec.stream(tokens, p.Sampling.greedy(40)), 40)
+            st = dec.accel_stats()
+        finally:
+            dec.close()
+        assert st["cand_hit_rate"] == 0.0 and st["exit_rate"] == st["vocab_head_rate"]
+        if preds is never:
+            assert got == want and st["exit_rate"] == 0.0
+        else:
+            assert all(t in dv or t in tokens + got[:i] for i, t in enumerate(got) if i)  # the shortlist's tokens
+            assert st["exit_rate"] >= 0.9  # every step but those whose token would end the answer
+            if not _on_gpu(llm):
+                assert got[:first_miss] == want[:first_miss] and first_miss >= 8

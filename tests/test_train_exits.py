@@ -110,3 +110,38 @@ def test_the_sweep_bounds_never_cost_more_than_the_static_schedule() -> None:
         assert s.context_bound <= s.static + 1e-9 and s.copy_bound <= s.static + 1e-9
         assert s.static < 1.0 and s.schedule and set(s.schedule) <= set(s.calibrated)
         assert 0.0 < s.copy_hits < 0.5  # tokens 0-4 repeat, so the copy drafter proposes some of them
+
+
+def _shortlist_data(sure_vocab: float, rng: np.random.Generator, overlap: bool) -> exits.ExitData:
+    """A third of the steps settled on a candidate at the last layer, and a shortlist (vocab: top
+    logit, margin, log-sum-exp, arg max token) right and sure on a share of the steps (overlap:
+    those candidate steps too, as on real models, where both are sure of the easy tokens)."""
+    n_prompts, steps, n_layer, k = 40, 25, 4, 4
+    n = n_prompts * steps
+    rec = rng.normal(size=(n, n_layer, k)).astype(np.float32)
+    rec[: n // 3, -1, 0] += 8.0  # a third: candidate 0 clearly on top at the last layer
+    cands = np.tile(np.arange(k), (n, 1)) + 100
+    token = np.where(np.arange(n) < n // 3, 100, 7)
+    sure = (rng.random(n) < sure_vocab) | ((np.arange(n) < n // 3) & overlap)
+    vocab = np.zeros((n, 4), np.float32)
+    vocab[:, 0] = np.where(sure, 20.0, 5.0) + rng.normal(size=n)
+    vocab[:, 1] = np.where(sure, 6.0, 0.5) + rng.normal(size=n) * 0.1
+    vocab[:, 2] = np.where(sure, 0.01, 1.5)
+    vocab[:, 3] = np.where(sure, token, np.where(rng.random(n) < 0.5, token, 3))  # sure: right; else a coin
+    return exits.ExitData(rec, rng.normal(size=(n, k)).astype(np.float32), vocab, cands, token,
+                          np.repeat(np.arange(n_prompts), steps))  # fmt: skip
+
+
+def test_the_shortlist_alone_replaces_layer_checks_and_the_head_where_it_costs_less() -> None:
+    """With the EAGLE head's own step priced in (draft_cost), a shortlist sure wherever the
+    candidates are and on more steps beats the last-layer candidate exits: the predictors keep no
+    layer, so the engine runs no head. Sure on 2% only, the layer schedule and the head stay."""
+    rng = np.random.default_rng(0)
+    kw = {"precision": 0.95, "vocab_precision": 0.95, "head_cost": 6.8, "n_dv": 10240, "vocab_size": 151936}
+    preds, m = exits.fit_predictors(_shortlist_data(0.4, rng, True), "sha", epochs=5, draft_cost=1.0, **kw)
+    assert not preds.layers and preds.vocab_head is not None and m["schedule"] == []
+    assert m["cost_layers_shortlist_alone"] < m["cost_layers_with_head"] and m["shortlist_alone_exit_rate"] > 0.5
+    preds, m = exits.fit_predictors(_shortlist_data(0.02, rng, False), "sha", epochs=5, draft_cost=1.0, **kw)
+    assert preds.layers and m["schedule"] == [3]
+    preds, m = exits.fit_predictors(_shortlist_data(0.4, rng, True), "sha", epochs=5, **kw)  # no draft cost: as before
+    assert preds.layers and "cost_layers_shortlist_alone" not in m

@@ -96,14 +96,15 @@ def _span(iv: list[float]) -> str:
 
 
 def _print_specee(m: dict) -> None:  # m: one mode's summary
-    print(f"  exits {m['exit_rate']:.1%} of steps, mean layers {m['mean_layers']:.1f}/{m['n_layer']},"
-          f" candidate hit {m['cand_hit_rate']:.1%}")  # fmt: skip
-    print(f"  per step: target {m['target_ms_per_step']:.2f} ms, draft {m['draft_ms_per_step']:.2f} ms")
+    # no layer predictors: no EAGLE head ran, so there are no candidates (only the shortlist's exits)
+    hit = f", candidate hit {m['cand_hit_rate']:.1%}" if m.get("uses_head", True) else ", no EAGLE head (shortlist exits only)"
+    print(f"  exits {m['exit_rate']:.1%} of steps, mean layers {m['mean_layers']:.1f}/{m['n_layer']}{hit}")
+    print(f"  per exit step: target {m['target_ms_per_step']:.2f} ms, head {m['draft_ms_per_step']:.2f} ms")
     hist = m.get("exit_hist", [])
     exits = ", ".join(f"L{i}: {n}" for i, n in enumerate(hist[:-1]) if n)
     if exits:
         vocab = m.get("vocab_head_steps", 0)
-        print(f"  exits by layer: {exits} (last layer: {vocab} by the draft-vocabulary head); full lm_head: {hist[-1]}")
+        print(f"  exits by layer: {exits} (last layer: {vocab} by the shortlist); full lm_head: {hist[-1]}")
     if "exit_precision" in m:
         n = m["exit_precision_checked_exits"]
         print(f"  exit precision {m['exit_precision']:.2%} over {n} exits checked at full depth ({m['backend']} backend)")

@@ -186,6 +186,7 @@ def _specee_summary(samples: list[Sample]) -> dict:
         "draft_ms_per_step": round(total("draft_ms_per_step") / steps, 3),
         "exit_hist": hist,
         "confirmed_endings": sum(a.get("confirmed_endings", 0) for a in acc),
+        "uses_head": all(a.get("uses_head", True) for a in acc),
     }
     shadow_exits = sum(a.get("shadow_exits", 0) for a in acc)
     if shadow_exits:

@@ -209,6 +209,7 @@ class SpecEEDecoder(_NativeLoop):
             "target_ms_per_step": st.t_target_ms / steps,
             "draft_ms_per_step": st.t_draft_ms / steps,
             "confirmed_endings": st.n_confirmed,
+            "uses_head": self.uses_head,
         }
         if self._copy:
             cs = self._copy_stats
