@@ -21,8 +21,18 @@ from engine.worker import auto
 from engine.worker.modes import LoadError, ModeMakers
 from engine.worker.threads import CpuSample
 
-DECISIONS_VERSION = "v2"  # auto's cache key: v2 entries were measured on a quiet machine, per context length
-CALIBRATION_PROMPTS = ("Write a short paragraph about the history of bread.", "Explain how a bicycle works, step by step.")
+# auto's cache key: v2 entries were measured on a quiet machine, per context length; v3 on the four
+# kinds of request below (v2's two were free writing only, where neither copying nor exits pay much)
+DECISIONS_VERSION = "v3"
+# What users ask, one of each kind the modes differ on: free writing, an explanation, code, and an
+# answer that reuses the words it was given (where copy drafts pay)
+CALIBRATION_PROMPTS = (
+    "Write a short paragraph about the history of bread.",
+    "Explain how a bicycle works, step by step.",
+    "Write a Python function that returns the largest of three numbers, with a docstring and two examples.",
+    "Rewrite in the passive voice, then list every noun: The committee approved the new budget for the "
+    "city library on Tuesday, and the mayor thanked the volunteers who had organised the book fair.",
+)
 
 
 class AutoMode:
