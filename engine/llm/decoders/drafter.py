@@ -12,7 +12,7 @@ from engine import native
 from engine import protocol as p
 from engine.hashing import sha256_file
 from engine.llm.decoders.interface import Progress
-from engine.llm.decoders.native_loop import _load_draft_model, _NativeLoop, _read_in_parts
+from engine.llm.decoders.native_loop import _load_draft_model, _NativeLoop, _prefill
 from engine.llm.decoders.sampling import greedy_alone, make_sampler
 from engine.llm.target import Target
 
@@ -81,15 +81,7 @@ class DrafterDecoder(_NativeLoop):
         sampler = None if greedy_alone(s) else smpl.sampler  # greedy alone: specee_greedy's arg max
         self.lib.specee_drafter_reset_stats(self._handle)
         self._stats = native.DrafterStats()
-        arr = (ctypes.c_int32 * len(tokens))(*tokens)
-        n_keep = _read_in_parts(self, tokens, arr, self.lib.specee_drafter_prefill, self._handle, progress, self._error)
-        self._kv = tokens[: max(n_keep - 1, 0)]  # until the prefill succeeds (a stopped one keeps this)
-        first = self.lib.specee_drafter_prefill(self._handle, arr, len(tokens), n_keep, sampler)
-        if first < 0:
-            raise self._error()
-        if progress is not None:
-            progress(len(tokens))
-        self._kv = list(tokens)
+        first = _prefill(self, tokens, self.lib.specee_drafter_prefill, self._handle, sampler, progress, self._error)
         yield first
         per_step = self.n_draft + 1
 

@@ -3,6 +3,7 @@ load, the target's KV bookkeeping, the EAGLE head's cache beside it, and a prefi
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -112,23 +113,31 @@ class _NativeLoop:
             self._draft_model = None
 
 
-def _read_in_parts(
-    dec: _NativeLoop, tokens: list[int], arr: Any, prefill: Any, handle: Any,
+def _prefill(
+    dec: _NativeLoop, tokens: list[int], prefill: Any, handle: Any, sampler: Any,
     progress: Progress | None, error: Callable[[], RuntimeError],
 ) -> int:  # fmt: skip
-    """For a native prefill (one call for the whole prompt): where a progress callback is given,
-    the prompt but its last batch is read a batch a call (each call's greedy pick unused), so that
-    progress is told after each batch and a stopped reading keeps the batches read before it. The
-    rows are those a whole prefill gives (the CPU kernels are batch-invariant: each call re-decodes
-    its first token alone). Returns the prefix cached now, for the final call."""
+    """A native prefill (`prefill(handle, tokens, n, n_keep, sampler)`, one call for the whole
+    prompt) after the cached prefix; returns the first answer token, dec._kv then holding `tokens`.
+    Where a progress callback is given, the prompt but its last batch is read a batch a call (each
+    call's greedy pick unused), so that progress is told after each batch and a stopped reading
+    keeps the batches read before it. The rows are those a whole prefill gives (the CPU kernels are
+    batch-invariant: each call re-decodes its first token alone)."""
+    arr = (ctypes.c_int32 * len(tokens))(*tokens)
     n_keep = dec.cached_prefix(tokens)
     n_batch = dec.llm.n_batch
-    if progress is None or len(tokens) - n_keep <= n_batch:
-        return n_keep
-    for end in range(n_keep + n_batch, len(tokens), n_batch):
-        dec._kv = tokens[: max(n_keep - 1, 0)]  # what a failed call leaves: it re-decodes from n_keep - 1
-        if prefill(handle, arr, end, n_keep, None) < 0:
-            raise error()
-        dec._kv, n_keep = tokens[:end], end
-        progress(end)
-    return n_keep
+    if progress is not None and len(tokens) - n_keep > n_batch:
+        for end in range(n_keep + n_batch, len(tokens), n_batch):
+            dec._kv = tokens[: max(n_keep - 1, 0)]  # what a failed call leaves: it re-decodes from n_keep - 1
+            if prefill(handle, arr, end, n_keep, None) < 0:
+                raise error()
+            dec._kv, n_keep = tokens[:end], end
+            progress(end)
+    dec._kv = tokens[: max(n_keep - 1, 0)]  # until the prefill succeeds (a stopped one keeps this)
+    first = prefill(handle, arr, len(tokens), n_keep, sampler)
+    if first < 0:
+        raise error()
+    if progress is not None:
+        progress(len(tokens))
+    dec._kv = list(tokens)
+    return int(first)

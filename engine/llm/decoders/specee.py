@@ -14,7 +14,7 @@ from engine import native
 from engine import protocol as p
 from engine.hashing import sha256_file
 from engine.llm.decoders.interface import Progress
-from engine.llm.decoders.native_loop import _load_draft_model, _NativeLoop, _read_in_parts
+from engine.llm.decoders.native_loop import _load_draft_model, _NativeLoop, _prefill
 from engine.llm.decoders.sampling import make_sampler
 from engine.llm.target import Target
 from engine.models.exit_predictors import ExitPredictors
@@ -127,15 +127,7 @@ class SpecEEDecoder(_NativeLoop):
         self.lib.specee_ee_reset_stats(self._ee)
         spec.specee_drafter_reset_stats(self._copy)
         self._ee_stats, self._copy_stats = native.EeStats(), native.DrafterStats()
-        arr = (ctypes.c_int32 * len(tokens))(*tokens)
-        n_keep = _read_in_parts(self, tokens, arr, spec.specee_drafter_prefill, self._copy, progress, self._copy_error)
-        self._kv = tokens[: max(n_keep - 1, 0)]  # until the prefill succeeds (a stopped one keeps this)
-        first = spec.specee_drafter_prefill(self._copy, arr, len(tokens), n_keep, smpl.sampler)
-        if first < 0:
-            raise self._copy_error()
-        if progress is not None:
-            progress(len(tokens))
-        self._kv = list(tokens)
+        first = _prefill(self, tokens, spec.specee_drafter_prefill, self._copy, smpl.sampler, progress, self._copy_error)
         yield first
         per_step = self.copy_draft + 1
 
@@ -168,15 +160,7 @@ class SpecEEDecoder(_NativeLoop):
         self._configure(s)
         self.lib.specee_ee_reset_stats(self._ee)
         self._ee_stats = native.EeStats()
-        arr = (ctypes.c_int32 * len(tokens))(*tokens)
-        n_keep = _read_in_parts(self, tokens, arr, self.lib.specee_ee_prefill, self._ee, progress, self._error)
-        self._kv = tokens[: max(n_keep - 1, 0)]  # until the prefill succeeds (a stopped one keeps this)
-        first = self.lib.specee_ee_prefill(self._ee, arr, len(tokens), n_keep, smpl.sampler)
-        if first < 0:
-            raise self._error()
-        if progress is not None:
-            progress(len(tokens))
-        self._kv = list(tokens)
+        first = _prefill(self, tokens, self.lib.specee_ee_prefill, self._ee, smpl.sampler, progress, self._error)
         cands = np.zeros(self.n_cand, dtype=np.int32)
         # per layer the candidates' logits, then the head's log-probabilities of them, then the
         # draft-vocabulary head's features and arg max token
