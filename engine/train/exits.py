@@ -336,6 +336,12 @@ def head_cost_in_layers(model: Path) -> float:
     """The full lm_head's cost in units of one layer: the bytes each reads per token (decode is
     bound by weight reads on models of a billion parameters or more): 6.8 for Qwen2.5-Coder-1.5B. Small
     models are not bandwidth-bound: by bytes SmolLM2-135M's head is 13.6 layers, by time ~3.7."""
+    per_layer, head = _layer_and_head_bytes(model)
+    return head / per_layer
+
+
+def _layer_and_head_bytes(model: Path) -> tuple[float, int]:
+    """A layer's weight bytes (the mean over layers) and the lm_head's (the tied embedding's if none)."""
     from gguf import GGUFReader
 
     reader = GGUFReader(str(model))
@@ -349,15 +355,7 @@ def head_cost_in_layers(model: Path) -> float:
             head = int(t.n_bytes)
         elif t.name == "token_embd.weight":
             embd = int(t.n_bytes)
-    per_layer = sum(layer_bytes.values()) / max(1, len(layer_bytes))
-    return (head or embd) / per_layer
-
-
-def _output_bytes(model: Path) -> int:
-    from gguf import GGUFReader
-
-    ts = {t.name: int(t.n_bytes) for t in GGUFReader(str(model)).tensors if t.name in ("output.weight", "token_embd.weight")}
-    return ts.get("output.weight") or ts.get("token_embd.weight", 0)
+    return sum(layer_bytes.values()) / max(1, len(layer_bytes)), head or embd
 
 
 def write_manifest_entry(manifest_path: Path, entry: dict) -> None:
@@ -403,7 +401,7 @@ def train_exits(
     n_dv = int(d2t[0].data.shape[0]) if d2t else 0
     vocab_size = len(GGUFReader(str(model)).fields["tokenizer.ggml.tokens"].data)
     # the EAGLE head's own step, in layers by the bytes it reads (as head_cost_in_layers)
-    draft_cost = head_cost_in_layers(model) * head.stat().st_size / max(1, _output_bytes(model))
+    draft_cost = head.stat().st_size / _layer_and_head_bytes(model)[0]
     preds, metrics = fit_predictors(
         data,
         sha,
